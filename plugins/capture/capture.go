@@ -1,0 +1,68 @@
+// Package capture is the contract of capture plugins: they turn a browser
+// tab into pictures (JPEG) or browser-encoded video samples.
+package capture
+
+import (
+	"context"
+	"time"
+
+	"github.com/tabcast/tabcast/plugins/base"
+)
+
+// APIVersions are the capture API versions this SDK speaks, newest last.
+var APIVersions = []int{1}
+
+// Target says which page to capture.
+type Target struct {
+	SessionID string
+	// BrowserWSURL is the browser-level DevTools WebSocket URL (loopback).
+	BrowserWSURL string
+	TargetID     string
+	Width        int
+	Height       int
+}
+
+// Format of a frame's data.
+type Format int
+
+const (
+	FormatUnspecified Format = iota
+	FormatJPEG
+	FormatH264
+	FormatVP8
+)
+
+func (f Format) String() string {
+	switch f {
+	case FormatJPEG:
+		return "jpeg"
+	case FormatH264:
+		return "h264"
+	case FormatVP8:
+		return "vp8"
+	}
+	return "unspecified"
+}
+
+// Frame is one captured picture or encoded sample.
+type Frame struct {
+	Format      Format
+	Data        []byte
+	CaptureTime time.Time
+	Width       int
+	Height      int
+	Seq         uint64
+	// Dropped counts frames the plugin replaced in its slot of one.
+	Dropped  uint64
+	Keyframe bool
+}
+
+// Capturer is implemented by capture plugins and by the host's client shim.
+type Capturer interface {
+	base.Plugin
+	// ChromiumFlags are extra Chromium flags the plugin needs.
+	ChromiumFlags(ctx context.Context) ([]string, error)
+	// Stream captures target and calls send for each frame until ctx ends or
+	// send fails. send must not be called concurrently.
+	Stream(ctx context.Context, target Target, send func(Frame) error) error
+}
