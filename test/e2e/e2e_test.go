@@ -1,0 +1,317 @@
+// Package e2e runs the real appliance — `tabcast run`, its plugin processes,
+// Chromium and FFmpeg — and watches it from real viewers: headless Chromium
+// opening the web panel, and a Go Pion receiver.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/tabcast/tabcast/test/harness"
+	"github.com/tabcast/tabcast/test/viewer"
+)
+
+// pages serves what the streamed browser shows: an animating page and
+// solid-colour still pages.
+func pages(t *testing.T) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/anim", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `<!doctype html><title>anim</title><style>html,body{margin:0;height:100%;overflow:hidden}
+#b{position:absolute;top:40%;width:200px;height:200px;background:#fc0}#n{font:64px monospace;color:#fff;position:absolute;top:10px;left:10px}</style>
+<body><div id=b></div><div id=n></div><script>
+let i=0;function f(){i++;document.body.style.background='hsl('+(i*3%360)+',60%,35%)';
+document.getElementById('b').style.left=(i*7%1080)+'px';document.getElementById('n').textContent=i;requestAnimationFrame(f)}f();
+</script>`)
+	})
+	mux.HandleFunc("/solid", func(w http.ResponseWriter, r *http.Request) {
+		c := r.URL.Query().Get("c")
+		for _, ch := range c {
+			if !strings.ContainsRune("0123456789abcdef", ch) {
+				http.Error(w, "bad colour", 400)
+				return
+			}
+		}
+		fmt.Fprintf(w, `<!doctype html><title>%s</title><style>html,body{margin:0;height:100%%;background:#%s}</style>`, c, c)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func startAppliance(t *testing.T, startURL string, sets ...string) *harness.Appliance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	a, err := harness.Start(ctx, t.TempDir(), append([]string{"browser.startURL=" + startURL}, sets...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Stop(15 * time.Second); err != nil {
+			t.Errorf("stop: %v\n%s", err, a.LogTail(3000))
+		}
+	})
+	return a
+}
+
+// viewerBrowser is headless Chromium acting as a person's browser.
+func viewerBrowser(t *testing.T) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath("/usr/lib/chromium/chromium"),
+		chromedp.Flag("headless", "new"),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	}
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox)
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelC(); cancelA() })
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("viewer chromium: %v", err)
+	}
+	return ctx
+}
+
+func waitEval[T any](ctx context.Context, expr string, ok func(T) bool, timeout time.Duration) (T, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+		if err == nil && ok(v) {
+			return v, nil
+		}
+		if time.Now().After(deadline) {
+			return v, fmt.Errorf("%s: last value %v, err %v", expr, v, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+const (
+	connState   = `document.querySelector('[data-testid="conn-state"]').textContent.trim()`
+	totalFrames = `(() => { const v = document.querySelector('[data-testid="session-video"]'); return v && v.getVideoPlaybackQuality ? v.getVideoPlaybackQuality().totalVideoFrames : -1 })()`
+	videoSize   = `(() => { const v = document.querySelector('[data-testid="session-video"]'); return [v.videoWidth, v.videoHeight] })()`
+	// centre pixel of the decoded picture, sampled through a canvas.
+	centrePixel = `(() => { const v = document.querySelector('[data-testid="session-video"]');
+		if (!v.videoWidth) return [-1,-1,-1];
+		const c = document.createElement('canvas'); c.width = v.videoWidth; c.height = v.videoHeight;
+		const g = c.getContext('2d'); g.drawImage(v, 0, 0);
+		return Array.from(g.getImageData(v.videoWidth/2|0, v.videoHeight/2|0, 1, 1).data.slice(0,3)) })()`
+)
+
+// TestPanelPlaysLiveVideo opens the web panel in headless Chromium and
+// checks that the <video> decodes a live stream, for each codec.
+func TestPanelPlaysLiveVideo(t *testing.T) {
+	p := pages(t)
+	a := startAppliance(t, p.URL+"/anim")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := a.DefaultSession(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, codec := range []string{"vp8", "h264"} {
+		t.Run(codec, func(t *testing.T) {
+			bctx := viewerBrowser(t)
+			start := time.Now()
+			if err := chromedp.Do(bctx, chromedp.Navigate(a.URL+"/?codec="+codec)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := waitEval(bctx, connState, func(s string) bool { return s == "connected" }, 15*time.Second); err != nil {
+				t.Fatalf("panel never connected: %v\n%s", err, a.LogTail(3000))
+			}
+			connected := time.Now()
+			if _, err := waitEval(bctx, totalFrames, func(n int) bool { return n > 0 }, 10*time.Second); err != nil {
+				t.Fatalf("no decoded frame: %v\n%s", err, a.LogTail(3000))
+			}
+			t.Logf("%s: connected %v after navigation, first frame %v after connected", codec, connected.Sub(start).Round(time.Millisecond), time.Since(connected).Round(time.Millisecond))
+			time.Sleep(time.Until(connected.Add(5 * time.Second)))
+			n, err := chromedp.Run(bctx, chromedp.Evaluate[int](totalFrames))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d frames decoded in the first 5 s after connecting", codec, n)
+			if n < 48 {
+				t.Errorf("%s: %d frames decoded within 5 s of connecting, want >= 48", codec, n)
+			}
+			size, err := chromedp.Run(bctx, chromedp.Evaluate[[]int](videoSize))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(size) != 2 || size[0] != 1280 || size[1] != 720 {
+				t.Errorf("%s: video is %v, want 1280x720", codec, size)
+			}
+			if shown, err := waitEval(bctx, `(document.querySelector('[data-testid="stat-codec"]')||{}).textContent||""`, func(s string) bool { return strings.Contains(strings.ToLower(s), codec) }, 5*time.Second); err != nil {
+				t.Errorf("stats do not show codec %s: %v (%q)", codec, err, shown)
+			}
+		})
+	}
+}
+
+// TestPictureFollowsThePage navigates the streamed browser between still
+// colour pages and samples the viewer's decoded picture: the picture must
+// change when the page changes, and a still page must stay visible.
+func TestPictureFollowsThePage(t *testing.T) {
+	p := pages(t)
+	a := startAppliance(t, p.URL+"/solid?c=ff0000")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := a.DefaultSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx := viewerBrowser(t)
+	if err := chromedp.Do(bctx, chromedp.Navigate(a.URL+"/?codec=vp8")); err != nil {
+		t.Fatal(err)
+	}
+	near := func(want [3]int) func([]int) bool {
+		return func(px []int) bool {
+			if len(px) != 3 {
+				return false
+			}
+			for i := range 3 {
+				if d := px[i] - want[i]; d > 40 || d < -40 {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	// A still page that was painted before the viewer joined: the viewer
+	// must still see it (keyframe from the last frame).
+	if px, err := waitEval(bctx, centrePixel, near([3]int{255, 0, 0}), 15*time.Second); err != nil {
+		t.Fatalf("red page not shown: %v (pixel %v)\n%s", err, px, a.LogTail(3000))
+	}
+	for _, c := range []struct {
+		hex string
+		rgb [3]int
+	}{{"0000ff", [3]int{0, 0, 255}}, {"00ff00", [3]int{0, 255, 0}}} {
+		if err := a.Do(ctx, http.MethodPost, "/api/v1/sessions/"+s.ID+"/navigate", `{"url":"`+p.URL+"/solid?c="+c.hex+`"}`, nil); err != nil {
+			t.Fatal(err)
+		}
+		if px, err := waitEval(bctx, centrePixel, near(c.rgb), 10*time.Second); err != nil {
+			t.Fatalf("picture did not follow the page to #%s: %v (pixel %v)", c.hex, err, px)
+		}
+	}
+}
+
+// TestGoViewer watches the default session with a Pion receiver, for each
+// codec, and counts rebuilt frames; a PLI yields a keyframe.
+func TestGoViewer(t *testing.T) {
+	p := pages(t)
+	a := startAppliance(t, p.URL+"/anim")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s, err := a.DefaultSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, codec := range []string{"vp8", "h264"} {
+		t.Run(codec, func(t *testing.T) {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			r, err := viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, SessionID: s.ID, Codec: codec, For: 5 * time.Second, PLIAfter: 30})
+			if err != nil {
+				t.Fatalf("%v\n%s", err, a.LogTail(3000))
+			}
+			t.Logf("%s: first frame after %v, %d frames (%d keyframes) in 5 s, %d kB", codec, r.FirstFrame.Round(time.Millisecond), r.Frames, r.Keyframes, r.Bytes/1000)
+			if r.Codec != codec {
+				t.Errorf("got codec %q, want %q", r.Codec, codec)
+			}
+			if r.Frames < 48 {
+				t.Errorf("%d frames in 5 s, want >= 48", r.Frames)
+			}
+			// The first frame is a keyframe, the PLI after frame 30 asks for another.
+			if r.Keyframes < 2 {
+				t.Errorf("%d keyframes, want >= 2 (first frame and the PLI answer)", r.Keyframes)
+			}
+		})
+	}
+}
+
+// TestBadRequestsGetStableErrors checks the API's error contract.
+func TestBadRequestsGetStableErrors(t *testing.T) {
+	p := pages(t)
+	a := startAppliance(t, p.URL+"/solid?c=336699")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := a.DefaultSession(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+		code               string
+	}{
+		{"GET", "/api/v1/sessions/nope", "", 404, `"code":"not_found"`},
+		{"POST", "/api/v1/sessions", `{"url":"file:///etc/passwd"}`, 422, `"code":"invalid_argument"`},
+		{"POST", "/api/v1/sessions", `{"url":`, 422, `"code":"invalid_argument"`},
+		{"POST", "/api/v1/sessions", `{"width":"wide"}`, 422, `"code":"invalid_argument"`},
+		{"POST", "/api/v1/sessions", `{"bogus":1}`, 422, `"code":"invalid_argument"`},
+		{"GET", "/api/v1/nothing", "", 404, `"code":"not_found"`},
+	} {
+		err := a.Do(ctx, c.method, c.path, c.body, nil)
+		he, ok := err.(*harness.HTTPError)
+		if !ok || he.Status != c.status || !strings.Contains(he.Body, c.code) || !strings.Contains(he.Body, `"ok":false`) {
+			t.Errorf("%s %s %s: got %v, want %d with %s", c.method, c.path, c.body, err, c.status, c.code)
+		}
+	}
+}
+
+// TestNoChildSurvivesTheCore kills the core with SIGKILL and checks that
+// its plugins and Chromium go with it.
+func TestNoChildSurvivesTheCore(t *testing.T) {
+	p := pages(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	a, err := harness.Start(ctx, t.TempDir(), "browser.startURL="+p.URL+"/anim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.DefaultSession(ctx); err != nil {
+		a.Kill()
+		t.Fatal(err)
+	}
+	kids := harness.Descendants(a.Cmd.Process.Pid)
+	if len(kids) < 3 { // two plugins and at least Chromium's browser process
+		a.Kill()
+		t.Fatalf("expected plugin and Chromium children, found %v", kids)
+	}
+	a.Kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var alive []int
+		for _, k := range kids {
+			if harness.Alive(k) {
+				alive = append(alive, k)
+			}
+		}
+		if len(alive) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("children alive 5 s after SIGKILL of the core: %v", alive)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The port is free again: nothing kept the core's listener alive.
+	if _, err := net.Dial("tcp", strings.TrimPrefix(a.URL, "http://")); err == nil {
+		t.Errorf("something still listens on %s", a.URL)
+	}
+}

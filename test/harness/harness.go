@@ -1,0 +1,298 @@
+// Package harness starts the real appliance (`tabcast run` and its plugin
+// processes) for end-to-end tests and the benchmark.
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// repoRoot finds the module root from this source file.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Binaries returns the directory holding tabcast and the plugins: $TABCAST_BIN
+// (set by `make test`), else a fresh build in a temporary directory.
+func Binaries() (string, error) {
+	if d := os.Getenv("TABCAST_BIN"); d != "" {
+		return d, nil
+	}
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "tabcast-bin-")
+		if buildErr != nil {
+			return
+		}
+		for pkg, out := range map[string]string{"./appliance": "tabcast", "./capture-cdp": "capture-cdp", "./encoder-ffmpeg": "encoder-ffmpeg"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, out), pkg)
+			cmd.Dir = repoRoot()
+			if b, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	return buildDir, buildErr
+}
+
+// Appliance is one running `tabcast run`.
+type Appliance struct {
+	URL     string // http://127.0.0.1:PORT
+	Cmd     *exec.Cmd
+	LogPath string
+	done    chan struct{}
+	waitErr error
+}
+
+var panelLine = regexp.MustCompile(`Open the panel: (http://[^ /]+)/`)
+
+// Start runs `tabcast run` on a free loopback port with extra `--set`
+// values and waits until it prints its panel URL.
+func Start(ctx context.Context, logDir string, sets ...string) (*Appliance, error) {
+	bin, err := Binaries()
+	if err != nil {
+		return nil, err
+	}
+	// An explicit (empty) config file keeps a machine's /etc/tabcast out.
+	cfgPath := filepath.Join(logDir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte("# test: embedded defaults\n"), 0o600); err != nil {
+		return nil, err
+	}
+	args := []string{"run", "--config", cfgPath, "--listen", "127.0.0.1:0", "--set", "plugins.dir=" + bin}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	cmd := exec.Command(filepath.Join(bin, "tabcast"), args...)
+	logPath := filepath.Join(logDir, "tabcast.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	a := &Appliance{Cmd: cmd, LogPath: logPath, done: make(chan struct{})}
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := panelLine.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case urlc <- m[1]:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		a.waitErr = cmd.Wait()
+		logf.Close()
+		close(a.done)
+	}()
+	select {
+	case a.URL = <-urlc:
+		return a, nil
+	case <-a.done:
+		return nil, fmt.Errorf("tabcast exited before serving: %v\n%s", a.waitErr, a.LogTail(4000))
+	case <-ctx.Done():
+		a.Kill()
+		return nil, fmt.Errorf("tabcast did not start: %w\n%s", ctx.Err(), a.LogTail(4000))
+	}
+}
+
+// LogTail returns the end of the appliance's log.
+func (a *Appliance) LogTail(n int) string {
+	b, _ := os.ReadFile(a.LogPath)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// Stop sends SIGTERM and waits for a clean exit.
+func (a *Appliance) Stop(timeout time.Duration) error {
+	_ = a.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+		return a.waitErr
+	case <-time.After(timeout):
+		a.Kill()
+		return errors.New("tabcast did not stop after SIGTERM")
+	}
+}
+
+// Kill sends SIGKILL and waits.
+func (a *Appliance) Kill() {
+	_ = a.Cmd.Process.Kill()
+	<-a.done
+}
+
+// Done is closed when the process exited.
+func (a *Appliance) Done() <-chan struct{} { return a.done }
+
+// SessionSnapshot is the part of a session snapshot tests read.
+type SessionSnapshot struct {
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	URL       string `json:"url"`
+	Pipelines []struct {
+		Codec         string `json:"codec"`
+		Encoder       string `json:"encoder"`
+		FramesEncoded uint64 `json:"framesEncoded"`
+		FramesDropped uint64 `json:"framesDropped"`
+		FrameAge      struct {
+			P50 float64 `json:"p50Ms"`
+			P95 float64 `json:"p95Ms"`
+		} `json:"frameAge"`
+		EncodeDuration struct {
+			P50 float64 `json:"p50Ms"`
+			P95 float64 `json:"p95Ms"`
+		} `json:"encodeDuration"`
+	} `json:"pipelines"`
+}
+
+// Sessions lists the appliance's sessions.
+func (a *Appliance) Sessions(ctx context.Context) ([]SessionSnapshot, error) {
+	var out struct {
+		OK       bool              `json:"ok"`
+		Sessions []SessionSnapshot `json:"sessions"`
+	}
+	if err := a.Do(ctx, http.MethodGet, "/api/v1/sessions", "", &out); err != nil {
+		return nil, err
+	}
+	return out.Sessions, nil
+}
+
+// DefaultSession waits for the default session to be ready and returns it.
+func (a *Appliance) DefaultSession(ctx context.Context) (SessionSnapshot, error) {
+	for {
+		ss, err := a.Sessions(ctx)
+		if err == nil && len(ss) > 0 && ss[0].State == "ready" {
+			return ss[0], nil
+		}
+		select {
+		case <-ctx.Done():
+			return SessionSnapshot{}, fmt.Errorf("no ready default session: %w (last: %v %v)", ctx.Err(), ss, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Do calls the JSON API. A non-2xx answer is an error carrying the body.
+func (a *Appliance) Do(ctx context.Context, method, path, body string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, a.URL+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return &HTTPError{Status: resp.StatusCode, Body: string(b)}
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// HTTPError is a non-2xx API answer.
+type HTTPError struct {
+	Status int
+	Body   string
+}
+
+func (e *HTTPError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Body) }
+
+// Descendants returns the PIDs of every process below pid (from /proc).
+func Descendants(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var p int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &p); err != nil {
+			continue
+		}
+		if pp, ok := parentOf(p); ok {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	var out []int
+	stack := []int{pid}
+	for len(stack) > 0 {
+		p := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, c := range children[p] {
+			out = append(out, c)
+			stack = append(stack, c)
+		}
+	}
+	return out
+}
+
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	var state string
+	var ppid int
+	if _, err := fmt.Sscanf(s[i+2:], "%s %d", &state, &ppid); err != nil {
+		return 0, false
+	}
+	return ppid, true
+}
+
+// Alive reports whether pid exists and is not a zombie.
+func Alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
+}

@@ -1,0 +1,243 @@
+// Package viewer is a Go WebRTC viewer of a Tabcast session: it speaks the
+// signaling protocol (docs/protocol.md) over the WebSocket, receives the
+// video track with Pion and rebuilds frames with a samplebuilder. End-to-end
+// tests and the benchmark use it as a browser-free viewer.
+package viewer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+	"github.com/pion/rtp/codecs"
+	"github.com/pion/webrtc/v4"
+	"github.com/pion/webrtc/v4/pkg/media/samplebuilder"
+)
+
+// Frame is one rebuilt video frame.
+type Frame struct {
+	Arrived  time.Time
+	Size     int
+	Keyframe bool
+}
+
+// Result of watching a session.
+type Result struct {
+	Codec      string
+	Frames     int
+	Keyframes  int
+	Bytes      int
+	FirstFrame time.Duration // from the signaling dial to the first frame
+	Errors     []string      // error frames the appliance sent
+}
+
+// Options for Watch.
+type Options struct {
+	// BaseURL is the appliance, e.g. http://127.0.0.1:8080.
+	BaseURL   string
+	SessionID string
+	// Codec is auto, h264 or vp8.
+	Codec string
+	// For is how long to count frames after the first one arrived.
+	For time.Duration
+	// OnFrame, if set, sees every frame (called from the receive goroutine).
+	OnFrame func(Frame)
+	// PLIAfter, if > 0, sends one PLI after that many frames.
+	PLIAfter int
+	Header   http.Header
+}
+
+type message struct {
+	Type      string                   `json:"type"`
+	SDP       string                   `json:"sdp,omitempty"`
+	Codec     string                   `json:"codec,omitempty"`
+	Codecs    []string                 `json:"codecs,omitempty"`
+	Candidate *webrtc.ICECandidateInit `json:"candidate,omitempty"`
+	Code      string                   `json:"code,omitempty"`
+	Message   string                   `json:"message,omitempty"`
+}
+
+// Watch connects, receives video and returns what arrived. It fails when no
+// frame arrives before ctx ends.
+func Watch(ctx context.Context, o Options) (Result, error) {
+	res := Result{}
+	start := time.Now()
+	wsURL := "ws" + strings.TrimPrefix(o.BaseURL, "http") + "/api/v1/sessions/" + o.SessionID + "/signal"
+	ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: o.Header})
+	if err != nil {
+		return res, fmt.Errorf("dial signaling: %w", err)
+	}
+	defer ws.CloseNow()
+	var wmu sync.Mutex
+	send := func(m message) error {
+		b, _ := json.Marshal(m)
+		wmu.Lock()
+		defer wmu.Unlock()
+		return ws.Write(ctx, websocket.MessageText, b)
+	}
+
+	me := &webrtc.MediaEngine{}
+	if err := me.RegisterDefaultCodecs(); err != nil {
+		return res, err
+	}
+	api := webrtc.NewAPI(webrtc.WithMediaEngine(me))
+	pc, err := api.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		return res, err
+	}
+	defer pc.Close()
+	pc.OnICECandidate(func(c *webrtc.ICECandidate) {
+		if c == nil {
+			return
+		}
+		ci := c.ToJSON()
+		_ = send(message{Type: "candidate", Candidate: &ci})
+	})
+
+	var (
+		mu     sync.Mutex
+		first  = make(chan struct{})
+		once   sync.Once
+		doneRx = make(chan struct{})
+	)
+	pc.OnTrack(func(t *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
+		defer close(doneRx)
+		var dep rtp.Depacketizer = &codecs.VP8Packet{}
+		isKey := func(b []byte) bool { return len(b) > 0 && b[0]&0x01 == 0 }
+		codec := "vp8"
+		if strings.EqualFold(t.Codec().MimeType, webrtc.MimeTypeH264) {
+			dep, codec = &codecs.H264Packet{}, "h264"
+			isKey = h264Keyframe
+		}
+		mu.Lock()
+		res.Codec = codec
+		mu.Unlock()
+		sb := samplebuilder.New(256, dep, t.Codec().ClockRate)
+		for {
+			pkt, _, err := t.ReadRTP()
+			if err != nil {
+				return
+			}
+			sb.Push(pkt)
+			for s := sb.Pop(); s != nil; s = sb.Pop() {
+				f := Frame{Arrived: time.Now(), Size: len(s.Data), Keyframe: isKey(s.Data)}
+				mu.Lock()
+				res.Frames++
+				res.Bytes += f.Size
+				if f.Keyframe {
+					res.Keyframes++
+				}
+				n := res.Frames
+				if n == 1 {
+					res.FirstFrame = time.Since(start)
+				}
+				mu.Unlock()
+				once.Do(func() { close(first) })
+				if o.OnFrame != nil {
+					o.OnFrame(f)
+				}
+				if o.PLIAfter > 0 && n == o.PLIAfter {
+					_ = pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: uint32(t.SSRC())}})
+				}
+			}
+		}
+	})
+
+	codec := o.Codec
+	if codec == "" {
+		codec = "auto"
+	}
+	if err := send(message{Type: "hello", Codec: codec, Codecs: []string{"h264", "vp8"}}); err != nil {
+		return res, err
+	}
+	sigErr := make(chan error, 1)
+	go func() {
+		for {
+			_, b, err := ws.Read(ctx)
+			if err != nil {
+				sigErr <- err
+				return
+			}
+			var m message
+			if err := json.Unmarshal(b, &m); err != nil {
+				continue
+			}
+			switch m.Type {
+			case "offer":
+				if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: m.SDP}); err != nil {
+					sigErr <- err
+					return
+				}
+				ans, err := pc.CreateAnswer(nil)
+				if err == nil {
+					err = pc.SetLocalDescription(ans)
+				}
+				if err == nil {
+					err = send(message{Type: "answer", SDP: ans.SDP})
+				}
+				if err != nil {
+					sigErr <- err
+					return
+				}
+			case "candidate":
+				if m.Candidate != nil && m.Candidate.Candidate != "" {
+					_ = pc.AddICECandidate(*m.Candidate)
+				}
+			case "error":
+				mu.Lock()
+				res.Errors = append(res.Errors, m.Code+": "+m.Message)
+				mu.Unlock()
+			}
+		}
+	}()
+
+	snapshot := func() Result {
+		mu.Lock()
+		defer mu.Unlock()
+		r := res
+		r.Errors = append([]string(nil), res.Errors...)
+		return r
+	}
+	select {
+	case <-first:
+	case err := <-sigErr:
+		return snapshot(), fmt.Errorf("signaling ended before the first frame: %w (errors: %v)", err, snapshot().Errors)
+	case <-ctx.Done():
+		return snapshot(), fmt.Errorf("no frame arrived: %w (errors: %v)", ctx.Err(), snapshot().Errors)
+	}
+	select {
+	case <-time.After(o.For):
+	case <-ctx.Done():
+	}
+	r := snapshot()
+	_ = send(message{Type: "bye"})
+	_ = pc.Close()
+	ws.Close(websocket.StatusNormalClosure, "")
+	select {
+	case <-doneRx:
+	case <-time.After(2 * time.Second):
+		return r, errors.New("track reader did not stop")
+	}
+	return r, nil
+}
+
+// h264Keyframe reports whether an Annex-B access unit holds an IDR slice.
+func h264Keyframe(b []byte) bool {
+	for i := 0; i+3 < len(b); i++ {
+		if b[i] == 0 && b[i+1] == 0 && b[i+2] == 1 {
+			if b[i+3]&0x1f == 5 {
+				return true
+			}
+			i += 2
+		}
+	}
+	return false
+}
