@@ -1,0 +1,190 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// plainName is the form of a plugin name: it becomes a file name in the
+// plugins dir, so nothing that could walk out of it.
+var plainName = regexp.MustCompile(`^[a-z0-9-]+$`)
+
+var hex64 = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+
+// coreBrowserFlags are Chromium flags tabcast sets itself; letting
+// browser.extraFlags override them would break isolation (a second
+// --remote-debugging-address would expose CDP beyond loopback) or
+// duplicate another key.
+var coreBrowserFlags = []string{
+	"--remote-debugging-address", "--remote-debugging-port", "--remote-debugging-pipe",
+	"--remote-allow-origins", "--user-data-dir", "--headless", "--no-sandbox",
+	"--window-size",
+}
+
+// Ranges, also documented in config.default.yaml and docs/operations.md.
+const (
+	minWidth, maxWidth   = 320, 3840
+	minHeight, maxHeight = 240, 2160
+)
+
+type checker struct {
+	origin func(string) string
+	errs   []error
+}
+
+func (c *checker) fail(path, format string, args ...any) {
+	c.errs = append(c.errs, &KeyError{Key: path, Problem: fmt.Sprintf(format, args...), Source: c.origin(path)})
+}
+
+func (c *checker) intRange(path string, v, lo, hi int) {
+	if v < lo || v > hi {
+		c.fail(path, "out of range: %d not in [%d, %d]", v, lo, hi)
+	}
+}
+
+func (c *checker) durRange(path string, v, lo, hi time.Duration) {
+	if v < lo || v > hi {
+		c.fail(path, "out of range: %s not in [%s, %s]", v, lo, hi)
+	}
+}
+
+func (c *checker) enum(path, v string, allowed ...string) {
+	for _, a := range allowed {
+		if v == a {
+			return
+		}
+	}
+	c.fail(path, "invalid value %q: want one of %s", v, strings.Join(allowed, ", "))
+}
+
+func (c *checker) name(path, v string) {
+	if !plainName.MatchString(v) {
+		c.fail(path, "invalid plugin name %q: want [a-z0-9-]+", v)
+	}
+}
+
+// validate checks ranges, enums and formats of the merged configuration.
+func validate(cfg *Config, origin func(string) string) []error {
+	c := &checker{origin: origin}
+
+	c.listen("server.listen", cfg.Server.Listen)
+	c.enum("log.level", cfg.Log.Level, "debug", "info", "warn", "error")
+
+	b := cfg.Browser
+	if b.Path == "" {
+		c.fail("browser.path", "must not be empty")
+	}
+	c.enum("browser.noSandbox", b.NoSandbox, "auto", "true", "false")
+	for i, f := range b.ExtraFlags {
+		c.extraFlag(fmt.Sprintf("browser.extraFlags[%d]", i), f)
+	}
+	c.durRange("browser.startTimeout", b.StartTimeout, time.Second, 2*time.Minute)
+	c.startURL("browser.startURL", b.StartURL)
+	c.intRange("browser.width", b.Width, minWidth, maxWidth)
+	c.intRange("browser.height", b.Height, minHeight, maxHeight)
+
+	c.intRange("sessions.max", cfg.Sessions.Max, 1, 64)
+	c.intRange("sessions.maxViewers", cfg.Sessions.MaxViewers, 1, 64)
+
+	v := cfg.Video
+	c.enum("video.codec", v.Codec, "auto", "h264", "vp8")
+	c.intRange("video.fps", v.FPS, 1, 60)
+	c.intRange("video.bitrateKbps", v.BitrateKbps, 100, 20000)
+	c.durRange("video.keyframeInterval", v.KeyframeInterval, 500*time.Millisecond, 10*time.Second)
+	c.enum("video.hardware", v.Hardware, "auto", "off", "vaapi", "nvenc")
+
+	if p := cfg.WebRTC.UDPPort; p != 0 && (p < 1024 || p > 65535) {
+		c.fail("webrtc.udpPort", "out of range: %d not 0 or in [1024, 65535]", p)
+	}
+	for i, name := range cfg.WebRTC.Interfaces {
+		if strings.TrimSpace(name) == "" || strings.ContainsAny(name, ", ") {
+			c.fail(fmt.Sprintf("webrtc.interfaces[%d]", i), "invalid interface name %q", name)
+		}
+	}
+
+	p := cfg.Plugins
+	if p.Dir != "" && !filepath.IsAbs(p.Dir) {
+		c.fail("plugins.dir", "must be an absolute path or empty, got %q", p.Dir)
+	}
+	c.name("plugins.capture", p.Capture)
+	c.name("plugins.encoder", p.Encoder)
+	c.durRange("plugins.startTimeout", p.StartTimeout, time.Second, 2*time.Minute)
+	c.durRange("plugins.pingInterval", p.PingInterval, 100*time.Millisecond, time.Minute)
+	c.intRange("plugins.crashBudget", p.CrashBudget, 1, 100)
+	c.durRange("plugins.crashWindow", p.CrashWindow, time.Second, time.Hour)
+	for _, name := range sortedKeys(p.SHA256) {
+		path := "plugins.sha256." + name
+		c.name(path, name)
+		if !hex64.MatchString(p.SHA256[name]) {
+			c.fail(path, "invalid sha256 %q: want 64 hex digits", p.SHA256[name])
+		} else {
+			p.SHA256[name] = strings.ToLower(p.SHA256[name])
+		}
+	}
+	for _, name := range sortedKeys(p.Config) {
+		path := "plugins.config." + name
+		c.name(path, name)
+		// The subtree is handed to the plugin as JSON; catch what JSON cannot
+		// carry (e.g. .inf, non-string keys in lists) now rather than at start.
+		if _, err := json.Marshal(p.Config[name]); err != nil {
+			c.fail(path, "cannot be passed to the plugin as JSON: %v", err)
+		}
+	}
+	return c.errs
+}
+
+// listen accepts host:port with a numeric port and, until authentication
+// exists, only a loopback host.
+func (c *checker) listen(path, v string) {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		c.fail(path, "invalid address %q: want host:port", v)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		c.fail(path, "invalid port %q in %q: want 0..65535", port, v)
+		return
+	}
+	if strings.EqualFold(host, "localhost") {
+		return
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return
+	}
+	if host == "" {
+		host = "all interfaces"
+	}
+	c.fail(path, "%s is not a loopback address: only 127.0.0.0/8, ::1 or localhost are allowed until authentication is enabled", host)
+}
+
+func (c *checker) startURL(path, v string) {
+	if v == "" || v == "about:blank" || strings.HasPrefix(v, "data:") {
+		return
+	}
+	u, err := url.Parse(v)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return
+	}
+	c.fail(path, "invalid URL %q: want http(s)://host/..., about:blank, data: or empty", v)
+}
+
+func (c *checker) extraFlag(path, f string) {
+	if !strings.HasPrefix(f, "--") || len(f) == 2 {
+		c.fail(path, "invalid Chromium flag %q: want --name or --name=value", f)
+		return
+	}
+	name, _, _ := strings.Cut(f, "=")
+	for _, core := range coreBrowserFlags {
+		if strings.EqualFold(name, core) {
+			c.fail(path, "%s is set by tabcast itself and cannot be overridden", name)
+			return
+		}
+	}
+}
