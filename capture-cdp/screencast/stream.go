@@ -1,0 +1,328 @@
+package screencast
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image/jpeg"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/inspector"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/remote"
+	"github.com/tabcast/tabcast/plugins/capture"
+)
+
+const (
+	attachTimeout = 10 * time.Second
+	stopTimeout   = 2 * time.Second
+	ackTimeout    = 5 * time.Second
+	// maxPendingAcks bounds the ack queue. Chromium holds back frames until
+	// they are acked (a few in flight), so it never gets near this.
+	maxPendingAcks = 64
+)
+
+// Stream captures target and calls send with the newest frame whenever the
+// previous send returned. It returns nil when ctx ends (or on Shutdown), the
+// error of send, or an error when the target or the browser goes away.
+func (c *Capturer) Stream(ctx context.Context, t capture.Target, send func(capture.Frame) error) error {
+	if c.life.Err() != nil {
+		return errors.New("capture-cdp: shut down")
+	}
+	if err := checkTarget(t); err != nil {
+		return fmt.Errorf("capture-cdp: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.life, cancel)()
+
+	s := &stream{
+		log:     c.log.With("session", t.SessionID, "target", t.TargetID),
+		target:  t,
+		cfg:     c.config(),
+		send:    send,
+		ready:   make(chan struct{}, 1),
+		ackWake: make(chan struct{}, 1),
+		crashed: make(chan string, 1),
+		sendErr: make(chan error, 1),
+		quit:    make(chan struct{}),
+	}
+	return s.run(ctx)
+}
+
+// checkTarget refuses anything but a loopback DevTools browser URL.
+func checkTarget(t capture.Target) error {
+	if t.TargetID == "" {
+		return errors.New("target: empty TargetID")
+	}
+	if t.Width < 0 || t.Height < 0 {
+		return fmt.Errorf("target: bad size %dx%d", t.Width, t.Height)
+	}
+	u, err := url.Parse(t.BrowserWSURL)
+	if err != nil {
+		return fmt.Errorf("target: BrowserWSURL: %w", err)
+	}
+	if u.Scheme != "ws" {
+		return fmt.Errorf("target: BrowserWSURL scheme %q, want ws", u.Scheme)
+	}
+	ip := net.ParseIP(u.Hostname())
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("target: BrowserWSURL host %q is not a loopback address", u.Hostname())
+	}
+	return nil
+}
+
+type stream struct {
+	log    *slog.Logger
+	target capture.Target
+	cfg    Config
+	send   func(capture.Frame) error
+	t      *chromedp.Target // the capture session; set before any event
+
+	// Slot of one: the newest frame waits here for the sender.
+	mu      sync.Mutex
+	slot    *capture.Frame
+	seq     uint64
+	dropped uint64
+	ready   chan struct{} // cap 1: the slot was filled
+
+	ackMu   sync.Mutex
+	acks    []int64
+	ackWake chan struct{} // cap 1
+
+	crashed chan string // cap 1: the renderer crashed or the inspector detached
+	sendErr chan error  // cap 1
+	quit    chan struct{}
+}
+
+func (s *stream) run(ctx context.Context) error {
+	// chromedp's contexts are ours, not ctx's: on cancel we still need the
+	// session to stop the screencast and detach cleanly.
+	allocCtx, cancelAlloc := remote.NewAllocator(context.Background(), s.target.BrowserWSURL,
+		remote.NoModifyURL, remote.WithDialTimeout(attachTimeout))
+	logf := func(format string, args ...any) { s.log.Debug("chromedp: " + fmt.Sprintf(format, args...)) }
+	cctx, cancelC := chromedp.NewContext(allocCtx,
+		chromedp.WithTargetID(target.ID(s.target.TargetID)),
+		// Leave the page open: it belongs to the core.
+		chromedp.WithDetachOnCancel(),
+		chromedp.WithListener(s.onEvent),
+		chromedp.WithBrowserOption(chromedp.WithBrowserLogf(logf), chromedp.WithBrowserErrorf(logf)),
+	)
+	defer func() {
+		cancelC() // detaches the session
+		cancelAlloc()
+		if c := chromedp.FromContext(allocCtx); c != nil && c.Allocator != nil {
+			c.Allocator.Wait()
+		}
+	}()
+
+	// The first Run attaches and binds the session to cctx, so it cannot
+	// carry ctx or a deadline; those abort it from the side.
+	setupCtx, cancelSetup := context.WithTimeout(ctx, attachTimeout)
+	stop := context.AfterFunc(setupCtx, cancelC)
+	err := chromedp.Do(cctx, chromedp.Func(func(c context.Context, t *chromedp.Target) error {
+		s.t = t
+		return s.start(c)
+	}))
+	aborted := !stop()
+	cancelSetup()
+	switch {
+	case aborted && ctx.Err() != nil:
+		return nil // cancelled while attaching: a normal end
+	case aborted:
+		return fmt.Errorf("capture-cdp: attach to target %s: timed out after %v", s.target.TargetID, attachTimeout)
+	case err != nil:
+		return fmt.Errorf("capture-cdp: attach to target %s: %w", s.target.TargetID, err)
+	}
+	detached, err := chromedp.Detached(cctx)
+	if err != nil {
+		return fmt.Errorf("capture-cdp: %w", err)
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() { s.ackLoop(cctx) })
+	wg.Go(s.sendLoop)
+	defer func() {
+		close(s.quit)
+		wg.Wait()
+	}()
+
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		if _, err := cdp.Call(sctx, s.t, page.StopScreencast, cdp.Empty{}); err != nil {
+			s.log.Debug("stop screencast", "err", err)
+		}
+		return nil
+	case err := <-s.sendErr:
+		return err
+	case why := <-s.crashed:
+		return fmt.Errorf("capture-cdp: target %s %s", s.target.TargetID, why)
+	case <-detached:
+		return fmt.Errorf("capture-cdp: target %s closed (detached)", s.target.TargetID)
+	case <-cctx.Done():
+		return fmt.Errorf("capture-cdp: target %s: lost the connection to the browser", s.target.TargetID)
+	}
+}
+
+// start asks for the screencast. Chromium keeps at most a few unacked frames
+// in flight and drops what it produces beyond that; we ack at once and drop
+// in our own slot instead. sendLastFrame makes Chromium keep the newest
+// frame it could not send and send it on the next ack: without it the last
+// change before the page goes still can be lost, and the viewer would show a
+// stale picture until something moves again (seen in about 1 run in 5 on a
+// busy machine). The default number of frames in flight gave the best rate;
+// one frame in flight halves it.
+func (s *stream) start(ctx context.Context) error {
+	q := int64(s.cfg.Quality)
+	sendLast := true
+	p := page.StartScreencastParams{
+		Format:        page.StartScreencastFormatJpeg,
+		Quality:       &q,
+		SendLastFrame: &sendLast,
+		EveryNthFrame: int64(s.cfg.EveryNthFrame),
+		MaxWidth:      int64(s.cfg.MaxWidth),
+		MaxHeight:     int64(s.cfg.MaxHeight),
+	}
+	if p.MaxWidth == 0 {
+		p.MaxWidth = int64(s.target.Width)
+	}
+	if p.MaxHeight == 0 {
+		p.MaxHeight = int64(s.target.Height)
+	}
+	if _, err := cdp.Call(ctx, s.t, page.StartScreencast, p); err != nil {
+		return fmt.Errorf("start screencast: %w", err)
+	}
+	return nil
+}
+
+// onEvent runs on chromedp's reader goroutine for the session: it must not
+// block or call CDP. It hands acks to ackLoop and frames to the slot.
+func (s *stream) onEvent(ev any) {
+	switch e := ev.(type) {
+	case *page.EventScreencastFrame:
+		s.queueAck(e.SessionID)
+		s.offer(e)
+	case *inspector.EventTargetCrashed:
+		s.fail("crashed")
+	case *inspector.EventDetached:
+		// Chromium says "Render process gone." when the tab is closed.
+		s.fail("closed (inspector detached: " + e.Reason + ")")
+	}
+}
+
+func (s *stream) fail(why string) {
+	select {
+	case s.crashed <- why:
+	default:
+	}
+}
+
+func (s *stream) queueAck(id int64) {
+	s.ackMu.Lock()
+	if len(s.acks) < maxPendingAcks {
+		s.acks = append(s.acks, id)
+	}
+	s.ackMu.Unlock()
+	select {
+	case s.ackWake <- struct{}{}:
+	default:
+	}
+}
+
+// ackLoop sends Page.screencastFrameAck for every frame, as soon as it came:
+// acking is what keeps Chromium producing, so it never waits for the consumer.
+func (s *stream) ackLoop(ctx context.Context) {
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.ackWake:
+		}
+		s.ackMu.Lock()
+		ids := s.acks
+		s.acks = nil
+		s.ackMu.Unlock()
+		for _, id := range ids {
+			actx, cancel := context.WithTimeout(ctx, ackTimeout)
+			_, err := cdp.Call(actx, s.t, page.ScreencastFrameAck, page.ScreencastFrameAckParams{SessionID: id})
+			cancel()
+			if err != nil {
+				// A dead session shows up in run's select; nothing to do here.
+				s.log.Debug("screencast ack", "err", err)
+			}
+		}
+	}
+}
+
+// offer puts the frame in the slot of one, replacing (and counting) an
+// unsent older frame. Seq numbers arrivals, so a gap in the Seq a consumer
+// sees is exactly the frames counted in Dropped.
+func (s *stream) offer(e *page.EventScreencastFrame) {
+	f := capture.Frame{Format: capture.FormatJPEG, Data: e.Data, CaptureTime: time.Now(), Keyframe: true}
+	if m := e.Metadata; m != nil && m.Timestamp > 0 {
+		sec := float64(m.Timestamp)
+		f.CaptureTime = time.Unix(0, int64(sec*1e9))
+	}
+	// The JPEG header is the truth (maxWidth/maxHeight scale the picture);
+	// DecodeConfig reads only up to the SOF marker.
+	if cfg, err := jpeg.DecodeConfig(bytes.NewReader(e.Data)); err == nil {
+		f.Width, f.Height = cfg.Width, cfg.Height
+	} else if m := e.Metadata; m != nil {
+		f.Width, f.Height = int(m.DeviceWidth*m.PageScaleFactor), int(m.DeviceHeight*m.PageScaleFactor)
+		s.log.Debug("screencast frame: bad JPEG header", "err", err)
+	}
+	s.mu.Lock()
+	s.seq++
+	f.Seq = s.seq
+	if s.slot != nil {
+		s.dropped++
+	}
+	s.slot = &f
+	s.mu.Unlock()
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (s *stream) take() (capture.Frame, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.slot == nil {
+		return capture.Frame{}, false
+	}
+	f := *s.slot
+	s.slot = nil
+	f.Dropped = s.dropped
+	return f, true
+}
+
+// sendLoop is the only caller of send. A slow send lets frames pile up in
+// the slot, where newer ones replace them: frames drop, they never queue.
+func (s *stream) sendLoop() {
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.ready:
+		}
+		f, ok := s.take()
+		if !ok {
+			continue
+		}
+		if err := s.send(f); err != nil {
+			s.sendErr <- err // cap 1, and sendLoop stops here: never blocks
+			return
+		}
+	}
+}
