@@ -84,6 +84,13 @@ func Start(ctx context.Context, logDir string, sets ...string) (*Appliance, erro
 		args = append(args, "--set", s)
 	}
 	cmd := exec.Command(filepath.Join(bin, "tabcast"), args...)
+	// tabcast refuses TABCAST_* variables that name no config key, and the
+	// test runner's own (TABCAST_BIN) are not config.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TABCAST_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	logPath := filepath.Join(logDir, "tabcast.log")
 	logf, err := os.Create(logPath)
 	if err != nil {

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/config"
+	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/session"
+	"github.com/tabcast/tabcast/core/supervisor"
+	"github.com/tabcast/tabcast/plugins"
+	"github.com/tabcast/tabcast/plugins/encoder"
+)
+
+// check is one line of `tabcast doctor`.
+type check struct {
+	Name   string `json:"check"`
+	Status string `json:"status"` // ok, warn (informational) or fail
+	Detail string `json:"detail"`
+	Hint   string `json:"hint,omitempty"`
+}
+
+func cmdDoctor(args []string, stdout, stderr io.Writer) int {
+	var asJSON bool
+	cfg, _, err := loadConfig("doctor", args, stderr, func(fs *pflag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print the checks as JSON")
+	})
+	var checks []check
+	if err != nil {
+		checks = append(checks, check{Name: "config", Status: "fail", Detail: err.Error(), Hint: "fix the named keys; `tabcast config check` validates"})
+	} else {
+		checks = append(checks, check{Name: "config", Status: "ok", Detail: "valid"})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		checks = append(checks, doctor(ctx, cfg, stderr)...)
+		cancel()
+	}
+	failed := false
+	for _, c := range checks {
+		failed = failed || c.Status == "fail"
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(map[string]any{"ok": !failed, "checks": checks})
+	} else {
+		for _, c := range checks {
+			line := fmt.Sprintf("%-4s %s: %s", map[string]string{"ok": "ok", "warn": "info", "fail": "FAIL"}[c.Status], c.Name, c.Detail)
+			if c.Hint != "" && c.Status != "ok" {
+				line += "\n       hint: " + c.Hint
+			}
+			fmt.Fprintln(stdout, line)
+		}
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+func doctor(ctx context.Context, cfg *config.Config, stderr io.Writer) []check {
+	var out []check
+	if v, err := browser.Probe(ctx, cfg.Browser.Path); err != nil {
+		out = append(out, check{Name: "chromium", Status: "fail", Detail: err.Error(), Hint: "install Debian's chromium (make deps) or set browser.path"})
+	} else {
+		out = append(out, check{Name: "chromium", Status: "ok", Detail: v + " at " + cfg.Browser.Path})
+	}
+
+	out = append(out, portChecks(cfg)...)
+
+	dir, err := pluginsDir(cfg)
+	if err != nil {
+		return append(out, check{Name: "plugins", Status: "fail", Detail: err.Error(), Hint: "set plugins.dir"})
+	}
+	// Plugin logs would interleave with the report: keep them for failures only.
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	sup := newSupervisor(cfg, log)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = sup.Shutdown(sctx)
+		cancel()
+	}()
+	for _, p := range []struct{ kind, name string }{
+		{plugins.KindCapture, cfg.Plugins.Capture},
+		{plugins.KindEncoder, cfg.Plugins.Encoder},
+	} {
+		h, err := startPlugin(ctx, sup, cfg, dir, p.kind, p.name)
+		if err != nil {
+			out = append(out, check{Name: "plugin " + p.name, Status: "fail", Detail: err.Error(),
+				Hint: "build the plugins (make build) or check plugins.dir, plugins.sha256 and plugins.config." + p.name})
+			continue
+		}
+		out = append(out, pluginCheck(ctx, h, filepath.Join(dir, p.name)))
+		if p.kind == plugins.KindEncoder {
+			out = append(out, encoderChecks(ctx, h)...)
+		}
+	}
+	return out
+}
+
+func pluginCheck(ctx context.Context, h *supervisor.Handle, path string) check {
+	name := "plugin " + h.Name()
+	cl, _, err := h.Client(ctx)
+	if err != nil {
+		return check{Name: name, Status: "fail", Detail: err.Error(), Hint: "see `tabcast run` logs for the plugin's stderr"}
+	}
+	type pinger interface{ Ping(context.Context) error }
+	start := time.Now()
+	if err := cl.(pinger).Ping(ctx); err != nil {
+		return check{Name: name, Status: "fail", Detail: "does not answer: " + err.Error()}
+	}
+	st := h.Status()
+	return check{Name: name, Status: "ok", Detail: fmt.Sprintf("%s %s, API v%d, answers in %s (%s)",
+		st.Info.Name, st.Info.Version, st.APIVersion, time.Since(start).Round(time.Microsecond), path)}
+}
+
+func encoderChecks(ctx context.Context, h *supervisor.Handle) []check {
+	cl, _, err := h.Client(ctx)
+	if err != nil {
+		return nil
+	}
+	probes, err := cl.(encoder.Encoder).Capabilities(ctx)
+	if err != nil {
+		return []check{{Name: "encoders", Status: "fail", Detail: err.Error()}}
+	}
+	var out []check
+	for _, p := range probes {
+		c := check{Name: "encoder " + p.Encoder, Status: "ok", Detail: fmt.Sprintf("%s opens and encodes (%s)", p.Codec, p.Duration)}
+		if !p.OK {
+			c.Status, c.Detail = "fail", "unavailable: "+p.Error
+			if p.Hardware {
+				// No GPU is a normal machine: software takes over.
+				c.Status = "warn"
+				c.Hint = "hardware encoding needs /dev/dri (VAAPI) or an NVIDIA driver; software encoding is used"
+			} else {
+				c.Hint = "install Debian's FFmpeg libraries (make deps)"
+			}
+		}
+		out = append(out, c)
+	}
+	codecs := session.Codecs(probes)
+	if len(codecs) == 0 {
+		out = append(out, check{Name: "codecs", Status: "fail", Detail: "no encoder for H.264 or VP8 opens", Hint: "install Debian's FFmpeg libraries (make deps)"})
+	} else {
+		out = append(out, check{Name: "codecs", Status: "ok", Detail: fmt.Sprint(codecs)})
+	}
+	return out
+}
+
+func portChecks(cfg *config.Config) []check {
+	var out []check
+	host, port, err := net.SplitHostPort(cfg.Server.Listen)
+	if err == nil && port != "0" {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+		if err != nil {
+			out = append(out, check{Name: "port " + cfg.Server.Listen, Status: "fail", Detail: err.Error(), Hint: "another program (or a running tabcast) holds it; change server.listen"})
+		} else {
+			ln.Close()
+			out = append(out, check{Name: "port " + cfg.Server.Listen, Status: "ok", Detail: "free"})
+		}
+	}
+	if p := cfg.WebRTC.UDPPort; p > 0 {
+		addr := ":" + strconv.Itoa(p)
+		c, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			out = append(out, check{Name: "udp port " + strconv.Itoa(p), Status: "fail", Detail: err.Error(), Hint: "change webrtc.udpPort"})
+		} else {
+			c.Close()
+			out = append(out, check{Name: "udp port " + strconv.Itoa(p), Status: "ok", Detail: "free"})
+		}
+	}
+	return out
+}

@@ -1,0 +1,107 @@
+// Command tabcast is the Tabcast appliance: `tabcast run` serves the web
+// panel and the API and supervises Chromium and the plugins; `tabcast doctor`
+// checks the machine; `tabcast config` checks and prints the configuration.
+package main
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/config"
+)
+
+//go:embed config.default.yaml
+var defaultConfig []byte
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+const usage = `tabcast — streamed, shared Chromium sessions for the LAN
+
+Usage:
+  tabcast run     [--config FILE] [--set key=value]... [--listen ADDR] [--log-level L]
+  tabcast doctor  [--json] [config flags]
+  tabcast config check [config flags]
+  tabcast config print [config flags]
+  tabcast version
+`
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stdout, stderr)
+	case "doctor":
+		return cmdDoctor(args[1:], stdout, stderr)
+	case "config":
+		return cmdConfig(args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "tabcast", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "tabcast: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// loadConfig parses the config flags in args and loads the layered config.
+// extra registers a command's own flags.
+func loadConfig(name string, args []string, stderr io.Writer, extra func(*pflag.FlagSet)) (*config.Config, *pflag.FlagSet, error) {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config.AddFlags(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, fs, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fs, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	file, _ := fs.GetString("config")
+	cfg, err := config.Load(config.Options{Defaults: defaultConfig, File: file, Environ: os.Environ(), Flags: fs})
+	return cfg, fs, err
+}
+
+func cmdConfig(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "check" && args[0] != "print") {
+		fmt.Fprint(stderr, "usage: tabcast config check|print [--config FILE] [--set key=value]...\n")
+		return 2
+	}
+	cfg, _, err := loadConfig("config "+args[0], args[1:], stderr, nil)
+	if err != nil {
+		printConfigError(stderr, err)
+		return 1
+	}
+	if args[0] == "check" {
+		fmt.Fprintln(stdout, "config ok")
+		return 0
+	}
+	if err := config.Print(stdout, cfg); err != nil {
+		fmt.Fprintln(stderr, "tabcast:", err)
+		return 1
+	}
+	return 0
+}
+
+func printConfigError(w io.Writer, err error) {
+	if errors.Is(err, pflag.ErrHelp) {
+		return
+	}
+	fmt.Fprintln(w, "tabcast: configuration is not valid:")
+	fmt.Fprintln(w, err)
+}

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+	"github.com/tabcast/tabcast/appliance/config"
+	"github.com/tabcast/tabcast/appliance/web"
+	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/httpapi"
+	"github.com/tabcast/tabcast/core/peer"
+	"github.com/tabcast/tabcast/core/session"
+	"github.com/tabcast/tabcast/core/signaling"
+	"github.com/tabcast/tabcast/core/supervisor"
+	"github.com/tabcast/tabcast/plugins"
+	"github.com/tabcast/tabcast/plugins/capture"
+	"github.com/tabcast/tabcast/plugins/encoder"
+)
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// pluginsDir is where plugin binaries live: the configured dir, or the
+// directory of the running tabcast binary.
+func pluginsDir(cfg *config.Config) (string, error) {
+	if cfg.Plugins.Dir != "" {
+		return filepath.Abs(cfg.Plugins.Dir)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("locate the tabcast binary: %w", err)
+	}
+	exe, err = filepath.EvalSymlinks(exe)
+	if err != nil {
+		return "", fmt.Errorf("locate the tabcast binary: %w", err)
+	}
+	return filepath.Dir(exe), nil
+}
+
+func newSupervisor(cfg *config.Config, log *slog.Logger) *supervisor.Supervisor {
+	return supervisor.New(supervisor.Options{
+		Logger: log, StartTimeout: cfg.Plugins.StartTimeout, PingInterval: cfg.Plugins.PingInterval,
+		CrashBudget: cfg.Plugins.CrashBudget, CrashWindow: cfg.Plugins.CrashWindow,
+	})
+}
+
+// startPlugin starts one configured plugin under sup.
+func startPlugin(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Config, dir, kind, name string) (*supervisor.Handle, error) {
+	conf, err := cfg.PluginConfigJSON(name)
+	if err != nil {
+		return nil, err
+	}
+	h, err := sup.Start(ctx, supervisor.Spec{
+		Name: name, Kind: kind, Path: filepath.Join(dir, name),
+		SHA256: cfg.Plugins.SHA256[name], Config: conf,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s (%s): %w", name, kind, err)
+	}
+	return h, nil
+}
+
+// appliance is everything `tabcast run` owns, in start order.
+type appliance struct {
+	log      *slog.Logger
+	sup      *supervisor.Supervisor
+	capture  *supervisor.Handle
+	encoder  *supervisor.Handle
+	browser  *browser.Browser
+	peers    *peer.Factory
+	sessions *session.Manager
+	signal   *signaling.Handler
+	probes   []encoder.Probe
+	codecs   []string
+}
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	cfg, _, err := loadConfig("run", args, stderr, nil)
+	if err != nil {
+		printConfigError(stderr, err)
+		return 1
+	}
+	log := newLogger(stderr, cfg.Log.Level)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log, stdout); err != nil {
+		log.Error("tabcast stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Writer) error {
+	a := &appliance{log: log}
+	defer a.shutdown()
+
+	dir, err := pluginsDir(cfg)
+	if err != nil {
+		return err
+	}
+	a.sup = newSupervisor(cfg, log)
+	if a.capture, err = startPlugin(ctx, a.sup, cfg, dir, plugins.KindCapture, cfg.Plugins.Capture); err != nil {
+		return err
+	}
+	if a.encoder, err = startPlugin(ctx, a.sup, cfg, dir, plugins.KindEncoder, cfg.Plugins.Encoder); err != nil {
+		return err
+	}
+	flags, probes, err := a.pluginFacts(ctx)
+	if err != nil {
+		return err
+	}
+	a.probes, a.codecs = probes, session.Codecs(probes)
+	if len(a.codecs) == 0 {
+		return errors.New("the encoder plugin can produce neither H.264 nor VP8; run `tabcast doctor`")
+	}
+
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (server.listen): %w", cfg.Server.Listen, err)
+	}
+	base := "http://" + ln.Addr().String()
+
+	a.browser, err = browser.Launch(ctx, browser.Options{
+		Path: cfg.Browser.Path, Headless: cfg.Browser.Headless, NoSandbox: cfg.Browser.NoSandbox,
+		ExtraFlags:   append(append([]string{}, cfg.Browser.ExtraFlags...), flags...),
+		StartTimeout: cfg.Browser.StartTimeout, Logger: log.With("component", "browser"),
+	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("start chromium: %w", err)
+	}
+
+	a.peers, err = peer.NewFactory(peer.Config{UDPPort: cfg.WebRTC.UDPPort, Interfaces: cfg.WebRTC.Interfaces, Logger: log.With("component", "peer")})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("webrtc: %w", err)
+	}
+	a.sessions = session.NewManager(session.Config{
+		Width: cfg.Browser.Width, Height: cfg.Browser.Height,
+		MaxSessions: cfg.Sessions.Max, MaxViewers: cfg.Sessions.MaxViewers,
+		Video: session.Video{
+			Codec: cfg.Video.Codec, FPS: cfg.Video.FPS, BitrateKbps: cfg.Video.BitrateKbps,
+			KeyframeInterval: cfg.Video.KeyframeInterval, Hardware: cfg.Video.Hardware,
+		},
+		Logger: log.With("component", "session"),
+	}, a.browser, a.capture, a.encoder, a.codecs)
+	a.signal = signaling.NewHandler(signaling.Options{Sessions: sessionsAdapter{a.sessions}, Peers: a.peers, Logger: log.With("component", "signaling")})
+
+	srv := &http.Server{
+		Handler: httpapi.New(httpapi.Options{
+			Sessions: a.sessions, Signal: a.signal, Panel: web.FS, Status: a.status, Ready: a.ready,
+			Logger: log.With("component", "http"),
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Serve(ln) }()
+
+	if cfg.Sessions.OpenDefault {
+		start := cfg.Browser.StartURL
+		if start == "" {
+			start = base + "/welcome"
+		}
+		cctx, cancel := context.WithTimeout(ctx, cfg.Browser.StartTimeout)
+		s, err := a.sessions.Create(cctx, session.CreateOptions{URL: start})
+		cancel()
+		if err != nil {
+			log.Error("default session failed", "err", err)
+		} else {
+			log.Info("default session ready", "session", s.ID())
+		}
+	}
+	fmt.Fprintf(stdout, "Tabcast is running. Open the panel: %s/\n", base)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-srvErr:
+		return fmt.Errorf("http server: %w", err)
+	case <-a.browser.Done():
+		log.Error("chromium exited", "err", a.browser.Err())
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// pluginFacts asks the plugins for what the core needs before launching
+// Chromium: the capture plugin's Chromium flags and the encoder's probes.
+func (a *appliance) pluginFacts(ctx context.Context) ([]string, []encoder.Probe, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cl, _, err := a.capture.Client(cctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("capture plugin: %w", err)
+	}
+	flags, err := cl.(capture.Capturer).ChromiumFlags(cctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("capture plugin flags: %w", err)
+	}
+	el, _, err := a.encoder.Client(cctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoder plugin: %w", err)
+	}
+	probes, err := el.(encoder.Encoder).Capabilities(cctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoder plugin capabilities: %w", err)
+	}
+	return flags, probes, nil
+}
+
+func (a *appliance) ready() error {
+	select {
+	case <-a.browser.Done():
+		return errors.New("browser not running")
+	default:
+	}
+	for _, h := range []*supervisor.Handle{a.capture, a.encoder} {
+		if st := h.Status(); st.State != "running" {
+			return fmt.Errorf("plugin %s is %s", st.Name, st.State)
+		}
+	}
+	return nil
+}
+
+func (a *appliance) status() any {
+	plugs := []supervisor.Status{}
+	for _, h := range a.sup.Handles() {
+		plugs = append(plugs, h.Status())
+	}
+	return map[string]any{
+		"version": version, "browser": a.browser.Version(), "plugins": plugs,
+		"codecs": a.codecs, "encoderProbes": a.probes,
+	}
+}
+
+// shutdown stops what was started, in reverse order; each step tolerates
+// the ones before it never having run.
+func (a *appliance) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if a.signal != nil {
+		a.signal.Close()
+	}
+	if a.sessions != nil {
+		a.sessions.Shutdown(ctx)
+	}
+	if a.peers != nil {
+		_ = a.peers.Close()
+	}
+	if a.browser != nil {
+		_ = a.browser.Close()
+	}
+	if a.sup != nil {
+		_ = a.sup.Shutdown(ctx)
+	}
+}
+
+// sessionsAdapter lets signaling see sessions through its own interfaces.
+type sessionsAdapter struct{ m *session.Manager }
+
+func (s sessionsAdapter) Media(id string) (signaling.Media, error) {
+	sess, err := s.m.Get(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", signaling.ErrSessionNotFound, err)
+	}
+	return mediaAdapter{sess}, nil
+}
+
+type mediaAdapter struct{ s *session.Session }
+
+func (m mediaAdapter) Codecs() []string { return m.s.Codecs() }
+
+func (m mediaAdapter) RequestKeyframe(codec string) { m.s.RequestKeyframe(codec) }
+
+func (m mediaAdapter) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
+	t, release, err := m.s.Subscribe(codec)
+	if errors.Is(err, session.ErrCapacity) {
+		return nil, nil, fmt.Errorf("%w: %v", signaling.ErrCapacity, err)
+	}
+	return t, release, err
+}

@@ -1,0 +1,263 @@
+// Package httpapi is the appliance's HTTP surface: the JSON API under
+// /api/v1, the signaling WebSocket, health endpoints and the web panel.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/tabcast/tabcast/core/session"
+)
+
+var errTimeout = errors.New("timeout")
+
+// maxBody bounds every JSON request body.
+const maxBody = 64 << 10
+
+// Options wire the server to the rest of the core.
+type Options struct {
+	Sessions *session.Manager
+	// Signal serves /api/v1/sessions/{id}/signal.
+	Signal http.Handler
+	// Panel holds the web panel (index.html, app.js, ...) and welcome.html.
+	Panel fs.FS
+	// Status returns the appliance status for /api/v1/status.
+	Status func() any
+	// Ready reports nil when the appliance can serve sessions.
+	Ready  func() error
+	Logger *slog.Logger
+}
+
+// New returns the appliance's HTTP handler.
+func New(o Options) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	a := &api{o: o}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	})
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.HandleFunc("GET /api/v1/status", a.status)
+	mux.HandleFunc("GET /api/v1/sessions", a.listSessions)
+	mux.HandleFunc("POST /api/v1/sessions", a.createSession)
+	mux.HandleFunc("GET /api/v1/sessions/{id}", a.getSession)
+	mux.HandleFunc("DELETE /api/v1/sessions/{id}", a.closeSession)
+	mux.HandleFunc("POST /api/v1/sessions/{id}/navigate", a.navigate)
+	if o.Signal != nil {
+		mux.Handle("GET /api/v1/sessions/{id}/signal", o.Signal)
+	}
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such endpoint", Hint: "see docs/protocol.md"})
+	})
+	if o.Panel != nil {
+		files := http.FileServerFS(o.Panel)
+		mux.HandleFunc("GET /welcome", func(w http.ResponseWriter, r *http.Request) {
+			http.ServeFileFS(w, r, o.Panel, "welcome.html")
+		})
+		mux.Handle("/", panelHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				w.Header().Set("Allow", "GET, HEAD")
+				http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+				return
+			}
+			files.ServeHTTP(w, r)
+		})))
+	}
+	return mux
+}
+
+// panelHeaders keeps the panel from being framed or sniffed and limits
+// where it may load code from.
+func panelHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		h.ServeHTTP(w, r)
+	})
+}
+
+type api struct{ o Options }
+
+func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
+	if a.o.Ready != nil {
+		if err := a.o.Ready(); err != nil {
+			writeError(w, http.StatusServiceUnavailable, APIError{Code: "not_ready", Message: err.Error(), Recoverable: true})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+func (a *api) status(w http.ResponseWriter, _ *http.Request) {
+	var st any
+	if a.o.Status != nil {
+		st = a.o.Status()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "status": st})
+}
+
+func (a *api) listSessions(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "sessions": a.o.Sessions.List()})
+}
+
+func (a *api) getSession(w http.ResponseWriter, r *http.Request) {
+	s, err := a.o.Sessions.Get(r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+}
+
+type createRequest struct {
+	URL    string `json:"url"`
+	Width  int    `json:"width"`
+	Height int    `json:"height"`
+}
+
+func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
+	var req createRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.URL != "" {
+		if err := CheckURL(req.URL); err != nil {
+			writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "url: " + err.Error()})
+			return
+		}
+	}
+	if (req.Width != 0 && (req.Width < 320 || req.Width > 3840)) || (req.Height != 0 && (req.Height < 240 || req.Height > 2160)) {
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "width must be 320..3840 and height 240..2160"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+	defer cancel()
+	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"ok": true, "session": s.Snapshot()})
+}
+
+func (a *api) closeSession(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	if err := a.o.Sessions.Close(ctx, r.PathValue("id")); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+type navigateRequest struct {
+	URL string `json:"url"`
+}
+
+func (a *api) navigate(w http.ResponseWriter, r *http.Request) {
+	var req navigateRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if err := CheckURL(req.URL); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "url: " + err.Error()})
+		return
+	}
+	s, err := a.o.Sessions.Get(r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	if err := s.Navigate(ctx, req.URL); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %v", errTimeout, err)
+		}
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+}
+
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, e := fromError(err)
+	if status >= 500 {
+		a.o.Logger.Warn("api error", "path", r.URL.Path, "code", e.Code, "err", err)
+	}
+	writeError(w, status, e)
+}
+
+// decodeBody reads a bounded, strict JSON body; on failure it has written
+// the error response.
+func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: fmt.Sprintf("request body over %d bytes", maxBody)})
+		return false
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		body = []byte("{}")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "bad JSON body: " + jsonProblem(err)})
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "bad JSON body: trailing data"})
+		return false
+	}
+	return true
+}
+
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("field %q: want %s", te.Field, te.Type)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("syntax error at byte %d", se.Offset)
+	}
+	return err.Error()
+}
+
+// CheckURL accepts the URLs a session may open: http(s), about:blank and
+// data: pages.
+func CheckURL(raw string) error {
+	if len(raw) > 8192 {
+		return errors.New("too long")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if u.Host == "" {
+			return errors.New("missing host")
+		}
+		return nil
+	case "about":
+		if raw == "about:blank" {
+			return nil
+		}
+	case "data":
+		return nil
+	}
+	return errors.New("scheme must be http, https, data or about:blank")
+}

@@ -1,0 +1,110 @@
+package session
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/rtp"
+	"github.com/pion/rtp/codecs"
+	"github.com/pion/webrtc/v4"
+	"github.com/tabcast/tabcast/plugins/capture"
+)
+
+// frameSlot is the hand-off between capture and one encode pipeline: a slot
+// of one. A newer frame replaces an unread older one (counted as a drop), so
+// a slow encoder makes frames stale-drop instead of queueing.
+type frameSlot struct {
+	mu      sync.Mutex
+	f       *capture.Frame
+	ready   chan struct{}
+	dropped atomic.Uint64
+}
+
+func newFrameSlot() *frameSlot { return &frameSlot{ready: make(chan struct{}, 1)} }
+
+func (s *frameSlot) put(f *capture.Frame) {
+	s.mu.Lock()
+	if s.f != nil {
+		s.dropped.Add(1)
+	}
+	s.f = f
+	s.mu.Unlock()
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (s *frameSlot) take() *capture.Frame {
+	s.mu.Lock()
+	f := s.f
+	s.f = nil
+	s.mu.Unlock()
+	return f
+}
+
+// rtpClock is the 90 kHz video clock.
+const rtpClock = 90000
+
+// rtpWriter packetizes encoded samples onto a shared RTP track.
+//
+// We packetize ourselves instead of using TrackLocalStaticSample because
+// Pion's sample track stamps each sample with the running sum of the
+// previous samples' durations: with a variable frame rate (a still page
+// sends no frames for seconds) the timestamp after a pause would be wrong by
+// the whole pause, and receivers' jitter buffers would misjudge the frame
+// timing. Here the RTP timestamp is the send time on a 90 kHz clock.
+type rtpWriter struct {
+	track      *webrtc.TrackLocalStaticRTP
+	packetizer rtp.Packetizer
+	start      time.Time
+	lastTS     uint32
+	wrote      bool
+}
+
+// maxRTPPayload keeps packets under common LAN/VPN MTUs after SRTP and
+// TURN overhead.
+const maxRTPPayload = 1200
+
+func newRTPWriter(codec, sessionID string) (*rtpWriter, error) {
+	var (
+		capab webrtc.RTPCodecCapability
+		pay   rtp.Payloader
+	)
+	switch codec {
+	case "h264":
+		capab = webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: rtpClock,
+			SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"}
+		pay = &codecs.H264Payloader{}
+	default:
+		capab = webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: rtpClock}
+		pay = &codecs.VP8Payloader{EnablePictureID: true}
+	}
+	track, err := webrtc.NewTrackLocalStaticRTP(capab, "video", "tabcast-"+sessionID)
+	if err != nil {
+		return nil, err
+	}
+	return &rtpWriter{
+		track:      track,
+		packetizer: rtp.NewPacketizer(maxRTPPayload, 0, 0, pay, rtp.NewRandomSequencer(), rtpClock),
+		start:      time.Now(),
+	}, nil
+}
+
+// write sends one encoded sample stamped with now.
+func (w *rtpWriter) write(data []byte, now time.Time) error {
+	ts := uint32(now.Sub(w.start).Seconds() * rtpClock)
+	if w.wrote && ts <= w.lastTS {
+		ts = w.lastTS + 1 // two samples in one tick still need distinct times
+	}
+	w.lastTS, w.wrote = ts, true
+	var firstErr error
+	for _, p := range w.packetizer.Packetize(data, 0) {
+		p.Timestamp = ts
+		if err := w.track.WriteRTP(p); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}

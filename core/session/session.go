@@ -1,0 +1,363 @@
+// Package session holds browser sessions: one isolated page each, its
+// capture stream and one encode pipeline per codec that viewers use.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/plugins/capture"
+)
+
+// State of a session.
+type State string
+
+const (
+	StateStarting State = "starting"
+	StateReady    State = "ready"
+	StateClosing  State = "closing"
+	StateClosed   State = "closed"
+	StateFailed   State = "failed"
+)
+
+// Terminal reasons (safe to show).
+const (
+	ReasonBrowserCrashed = "browser_crashed"
+	ReasonClosedByUser   = "closed_by_user"
+	ReasonShutdown       = "appliance_restarting"
+)
+
+// Errors with stable meaning at the API edge.
+var (
+	ErrNotFound    = errors.New("session not found")
+	ErrCapacity    = errors.New("capacity exceeded")
+	ErrCodec       = errors.New("codec not available")
+	ErrUnavailable = errors.New("browser unavailable")
+	ErrNotReady    = errors.New("session not ready")
+)
+
+// maxFrameBytes bounds what a capture plugin may hand us as one picture.
+const maxFrameBytes = 8 << 20
+
+// Session is one isolated browser page and its media.
+type Session struct {
+	id      string
+	m       *Manager
+	log     *slog.Logger
+	page    *browser.Page
+	width   int
+	height  int
+	created time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu            sync.Mutex
+	state         State
+	reason        string
+	url, title    string
+	pipes         map[string]*pipeline
+	viewers       int
+	captureCancel context.CancelFunc
+	captureDone   chan struct{}
+
+	slots     atomic.Pointer[[]*frameSlot]
+	lastFrame atomic.Pointer[capture.Frame]
+
+	framesIn      atomic.Uint64
+	badPluginOut  atomic.Uint64
+	pluginDropped atomic.Uint64
+	captureErr    atomic.Value // string
+}
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+// Codecs are the codecs viewers of this session can ask for.
+func (s *Session) Codecs() []string { return s.m.codecs }
+
+// Subscribe attaches one viewer to codec's pipeline, starting it (and the
+// capture) when it is the first. release detaches; it is idempotent.
+func (s *Session) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
+	if !s.m.hasCodec(codec) {
+		return nil, nil, fmt.Errorf("%w: %s", ErrCodec, codec)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != StateReady {
+		return nil, nil, fmt.Errorf("%w: %s", ErrNotReady, s.state)
+	}
+	if s.viewers >= s.m.cfg.MaxViewers {
+		return nil, nil, fmt.Errorf("%w: %d viewers", ErrCapacity, s.viewers)
+	}
+	p := s.pipes[codec]
+	if p == nil {
+		np, err := newPipeline(s, codec)
+		if err != nil {
+			return nil, nil, err
+		}
+		p = np
+		s.pipes[codec] = p
+		p.start(s.ctx)
+		s.publishSlotsLocked()
+	}
+	p.refs++
+	s.viewers++
+	s.ensureCaptureLocked()
+	p.requestKeyframe(false) // the new viewer needs a picture now
+	var once sync.Once
+	release := func() { once.Do(func() { s.release(p) }) }
+	return p.out.track, release, nil
+}
+
+func (s *Session) release(p *pipeline) {
+	s.mu.Lock()
+	p.refs--
+	s.viewers--
+	var stopPipe *pipeline
+	if p.refs == 0 && s.pipes[p.codec] == p {
+		delete(s.pipes, p.codec)
+		s.publishSlotsLocked()
+		stopPipe = p
+	}
+	stopCapture := s.stopCaptureIfIdleLocked()
+	s.mu.Unlock()
+	if stopPipe != nil {
+		stopPipe.stop()
+	}
+	if stopCapture != nil {
+		<-stopCapture
+	}
+}
+
+// RequestKeyframe turns a viewer's PLI/FIR into a (rate-limited) keyframe.
+func (s *Session) RequestKeyframe(codec string) {
+	s.mu.Lock()
+	p := s.pipes[codec]
+	s.mu.Unlock()
+	if p != nil {
+		p.requestKeyframe(true)
+	}
+}
+
+func (s *Session) publishSlotsLocked() {
+	slots := make([]*frameSlot, 0, len(s.pipes))
+	for _, p := range s.pipes {
+		slots = append(slots, p.slot)
+	}
+	s.slots.Store(&slots)
+}
+
+func (s *Session) ensureCaptureLocked() {
+	if s.captureCancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.captureCancel = cancel
+	done := make(chan struct{})
+	s.captureDone = done
+	go func() {
+		defer close(done)
+		s.captureLoop(ctx)
+	}()
+}
+
+// stopCaptureIfIdleLocked cancels the capture when no pipeline needs it and
+// returns the channel to wait on (outside the lock).
+func (s *Session) stopCaptureIfIdleLocked() <-chan struct{} {
+	if len(s.pipes) > 0 || s.captureCancel == nil {
+		return nil
+	}
+	s.captureCancel()
+	s.captureCancel = nil
+	return s.captureDone
+}
+
+func (s *Session) captureLoop(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		started := time.Now()
+		err := s.captureOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.captureErr.Store(err.Error())
+			s.log.Warn("capture stream ended", "err", err)
+		}
+		if time.Since(started) > 10*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func (s *Session) captureOnce(ctx context.Context) error {
+	cl, gen, err := s.m.capture.Client(ctx)
+	if err != nil {
+		return fmt.Errorf("capture plugin: %w", err)
+	}
+	c, ok := cl.(capture.Capturer)
+	if !ok {
+		return fmt.Errorf("capture plugin: client is %T, not a capturer", cl)
+	}
+	err = c.Stream(ctx, capture.Target{
+		SessionID: s.id, BrowserWSURL: s.m.browser.WSURL(), TargetID: s.page.TargetID(),
+		Width: s.width, Height: s.height,
+	}, s.onFrame)
+	if err != nil && brokenPlugin(err) && ctx.Err() == nil {
+		s.m.capture.ReportFailure(gen, err)
+	}
+	return err
+}
+
+// onFrame takes one frame from the capture plugin. Plugin output is input
+// like any other: frames we cannot use are counted and dropped.
+func (s *Session) onFrame(f capture.Frame) error {
+	if f.Format != capture.FormatJPEG || len(f.Data) == 0 || len(f.Data) > maxFrameBytes {
+		s.badPluginOut.Add(1)
+		return nil
+	}
+	if f.CaptureTime.IsZero() || time.Since(f.CaptureTime) > time.Minute || time.Until(f.CaptureTime) > time.Minute {
+		f.CaptureTime = time.Now() // a clock we cannot trust must not poison frame-age figures
+	}
+	s.framesIn.Add(1)
+	s.pluginDropped.Store(f.Dropped)
+	fp := &f
+	s.lastFrame.Store(fp)
+	if slots := s.slots.Load(); slots != nil {
+		for _, sl := range *slots {
+			sl.put(fp)
+		}
+	}
+	return nil
+}
+
+// pollPage keeps url and title fresh for snapshots.
+func (s *Session) pollPage(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		var out struct {
+			URL   string `json:"url"`
+			Title string `json:"title"`
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := s.page.Evaluate(cctx, `({url: location.href, title: document.title})`, &out)
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			s.url, s.title = out.URL, out.Title
+			s.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Snapshot is a session's state as the API and panels see it.
+type Snapshot struct {
+	ID             string          `json:"id"`
+	State          State           `json:"state"`
+	TerminalReason string          `json:"terminalReason,omitempty"`
+	URL            string          `json:"url"`
+	Title          string          `json:"title"`
+	Width          int             `json:"width"`
+	Height         int             `json:"height"`
+	CreatedAt      time.Time       `json:"createdAt"`
+	CaptureMode    string          `json:"captureMode"`
+	Codecs         []string        `json:"codecs"`
+	Viewers        int             `json:"viewers"`
+	FramesCaptured uint64          `json:"framesCaptured"`
+	CaptureDropped uint64          `json:"captureDropped"`
+	BadPluginOut   uint64          `json:"badPluginOutput"`
+	CaptureError   string          `json:"captureError,omitempty"`
+	Pipelines      []PipelineStats `json:"pipelines"`
+}
+
+// Snapshot returns the session's current state.
+func (s *Session) Snapshot() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := Snapshot{
+		ID: s.id, State: s.state, TerminalReason: s.reason, URL: s.url, Title: s.title,
+		Width: s.width, Height: s.height, CreatedAt: s.created, CaptureMode: "cdp",
+		Codecs: s.m.codecs, Viewers: s.viewers, FramesCaptured: s.framesIn.Load(),
+		CaptureDropped: s.pluginDropped.Load(), BadPluginOut: s.badPluginOut.Load(),
+		Pipelines: []PipelineStats{},
+	}
+	if e, ok := s.captureErr.Load().(string); ok {
+		snap.CaptureError = e
+	}
+	for _, c := range s.m.codecs {
+		if p := s.pipes[c]; p != nil {
+			snap.Pipelines = append(snap.Pipelines, p.stats(p.refs))
+		}
+	}
+	return snap
+}
+
+// Navigate loads url in the session's page.
+func (s *Session) Navigate(ctx context.Context, url string) error {
+	if err := s.page.Navigate(ctx, url); err != nil {
+		return fmt.Errorf("navigate: %w", err)
+	}
+	return nil
+}
+
+// close stops everything the session owns. reason is kept as the terminal
+// reason; failed marks the session failed rather than closed.
+func (s *Session) close(ctx context.Context, reason string, failed bool) {
+	s.mu.Lock()
+	if s.state == StateClosed || s.state == StateFailed || s.state == StateClosing {
+		s.mu.Unlock()
+		return
+	}
+	s.state = StateClosing
+	pipes := s.pipes
+	s.pipes = map[string]*pipeline{}
+	s.publishSlotsLocked()
+	s.mu.Unlock()
+
+	s.cancel()
+	for _, p := range pipes {
+		<-p.done
+	}
+	s.wg.Wait()
+	s.mu.Lock()
+	done := s.captureDone
+	s.captureCancel = nil
+	s.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	if !failed {
+		if err := s.page.Close(ctx); err != nil {
+			s.log.Debug("page close", "err", err)
+		}
+	}
+	s.mu.Lock()
+	s.state = StateClosed
+	if failed {
+		s.state = StateFailed
+	}
+	s.reason = reason
+	s.viewers = 0
+	s.mu.Unlock()
+}
