@@ -164,7 +164,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 
 	srv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
-			Sessions: a.sessions, Signal: a.signal, Panel: web.FS, Status: a.status, Ready: a.ready,
+			Sessions: a.sessions, Signal: a.signal, Panel: web.FS, Status: a.status, Ready: a.ready, Plugins: a.pluginMetrics,
 			Logger: log.With("component", "http"),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -250,6 +250,15 @@ func (a *appliance) status() any {
 		"version": version, "browser": a.browser.Version(), "plugins": plugs,
 		"codecs": a.codecs, "encoderProbes": a.probes,
 	}
+}
+
+func (a *appliance) pluginMetrics() []httpapi.PluginMetric {
+	var out []httpapi.PluginMetric
+	for _, h := range a.sup.Handles() {
+		st := h.Status()
+		out = append(out, httpapi.PluginMetric{Name: st.Name, State: st.State, Generation: st.Generation, Restarts: st.Restarts})
+	}
+	return out
 }
 
 // shutdown stops what was started, in reverse order; each step tolerates

@@ -32,6 +32,8 @@ type Options struct {
 	Panel fs.FS
 	// Status returns the appliance status for /api/v1/status.
 	Status func() any
+	// Plugins returns the plugins' states for /metrics.
+	Plugins func() []PluginMetric
 	// Ready reports nil when the appliance can serve sessions.
 	Ready  func() error
 	Logger *slog.Logger
@@ -49,6 +51,7 @@ func New(o Options) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", a.readyz)
 	mux.HandleFunc("GET /api/v1/status", a.status)
+	mux.HandleFunc("GET /metrics", a.metrics)
 	mux.HandleFunc("GET /api/v1/sessions", a.listSessions)
 	mux.HandleFunc("POST /api/v1/sessions", a.createSession)
 	mux.HandleFunc("GET /api/v1/sessions/{id}", a.getSession)

@@ -6,6 +6,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -240,6 +241,15 @@ func TestGoViewer(t *testing.T) {
 			// The first frame is a keyframe, the PLI after frame 30 asks for another.
 			if r.Keyframes < 2 {
 				t.Errorf("%d keyframes, want >= 2 (first frame and the PLI answer)", r.Keyframes)
+			}
+			resp, err := http.Get(a.URL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if want := `tabcast_plugin_up{plugin="encoder-ffmpeg",state="running"} 1`; !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %s:\n%s", want, body)
 			}
 		})
 	}
