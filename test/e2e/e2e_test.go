@@ -76,6 +76,10 @@ func viewerBrowser(t *testing.T) context.Context {
 		chromedp.Flag("no-first-run", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
+		// The appliance runs on this machine: let WebRTC use loopback and
+		// show real host candidates instead of mDNS names.
+		chromedp.Flag("allow-loopback-in-peer-connection", true),
+		chromedp.Flag("disable-features", "WebRtcHideLocalIpsWithMdns"),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 800),
 	}

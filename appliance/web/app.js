@@ -1,0 +1,328 @@
+// Tabcast viewer panel: picks a session, runs the signaling protocol
+// (docs/protocol.md, "Signaling") over a WebSocket and plays the stream.
+// The appliance is the offerer; this page answers. Plain ES module, no build.
+
+const MIN_BACKOFF_MS = 1000;
+const MAX_BACKOFF_MS = 10000;
+const PING_EVERY_MS = 10000;
+const PONG_TIMEOUT_MS = 10000;
+const DISCONNECTED_GRACE_MS = 5000;
+const STATS_EVERY_MS = 1000;
+
+const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
+const ui = {
+  video: $("session-video"),
+  title: $("session-title"),
+  url: $("session-url"),
+  state: $("conn-state"),
+  conn: document.querySelector(".conn"),
+  overlay: $("overlay"),
+  reconnect: $("reconnect"),
+  status: $("status-line"),
+  codec: $("stat-codec"),
+  resolution: $("stat-resolution"),
+  fps: $("stat-fps"),
+  bitrate: $("stat-bitrate"),
+  rtt: $("stat-rtt"),
+  candidate: $("stat-candidate"),
+};
+
+const params = new URLSearchParams(location.search);
+const wantCodec = (params.get("codec") || "auto").toLowerCase();
+
+// Exposed for tests and for curious operators.
+const tabcast = {
+  pc: null,
+  state: "new",
+  session: null,
+  codec: null,
+  peerId: null,
+  attempt: 0,
+  errors: [],
+};
+window.tabcast = tabcast;
+
+let generation = 0; // bumps on every (re)connect; stale callbacks check it
+let current = null; // {gen, ws, pc, timers}
+let attempt = 0;
+let reconnectTimer = null;
+
+function setStatus(text, isError = false) {
+  ui.status.textContent = text;
+  ui.status.classList.toggle("error", isError);
+}
+
+function setState(state) {
+  tabcast.state = state;
+  ui.state.textContent = state;
+  ui.conn.dataset.state = state;
+  if (state === "connected") {
+    ui.overlay.hidden = true;
+  }
+}
+
+function showOverlay(text) {
+  ui.reconnect.textContent = text;
+  ui.overlay.hidden = false;
+}
+
+// Codecs this browser can decode, as protocol names.
+function viewerCodecs() {
+  const names = new Set();
+  const caps = window.RTCRtpReceiver?.getCapabilities?.("video");
+  for (const c of caps?.codecs ?? []) {
+    const m = c.mimeType.toLowerCase();
+    if (m === "video/h264") names.add("h264");
+    if (m === "video/vp8") names.add("vp8");
+  }
+  return [...names];
+}
+
+async function pickSession() {
+  const res = await fetch("/api/v1/sessions", {
+    credentials: "same-origin",
+    headers: { Accept: "application/json" },
+  });
+  if (!res.ok) throw new Error(`session list: HTTP ${res.status}`);
+  const body = await res.json();
+  if (!body.ok || !Array.isArray(body.sessions)) throw new Error("session list: bad response");
+  const want = params.get("session");
+  const s = want ? body.sessions.find((x) => x.id === want) : body.sessions[0];
+  if (!s) throw new Error(want ? `session ${want} not found` : "no session is running");
+  return s;
+}
+
+function showSession(s) {
+  tabcast.session = s.id;
+  ui.title.textContent = s.title || s.id;
+  ui.url.textContent = s.url || "";
+  document.title = `${s.title || s.id} · Tabcast`;
+}
+
+function scheduleReconnect(reason) {
+  if (reconnectTimer) return;
+  teardown();
+  const delay = Math.min(MAX_BACKOFF_MS, MIN_BACKOFF_MS * 2 ** attempt);
+  attempt++;
+  tabcast.attempt = attempt;
+  if (!ui.status.classList.contains("error")) setStatus(`${reason}; reconnecting`);
+  let left = Math.round(delay / 1000);
+  const tick = () => showOverlay(`${reason} — reconnecting in ${left} s…`);
+  tick();
+  const countdown = setInterval(() => {
+    left = Math.max(0, left - 1);
+    tick();
+  }, 1000);
+  reconnectTimer = setTimeout(() => {
+    clearInterval(countdown);
+    reconnectTimer = null;
+    showOverlay("Reconnecting…");
+    start();
+  }, delay);
+}
+
+// teardown closes the current socket and peer without triggering another
+// reconnect (their callbacks see a newer generation).
+function teardown() {
+  const c = current;
+  current = null;
+  generation++;
+  if (!c) return;
+  for (const t of c.timers) clearInterval(t);
+  clearTimeout(c.disconnectTimer);
+  clearTimeout(c.pongTimer);
+  try { c.ws.close(1000, "bye"); } catch { /* already closed */ }
+  try { c.pc.close(); } catch { /* already closed */ }
+  setState("closed");
+  for (const k of ["codec", "resolution", "fps", "bitrate", "rtt", "candidate"]) ui[k].textContent = "–";
+}
+
+async function start() {
+  const gen = ++generation;
+  try {
+    const s = await pickSession();
+    if (gen !== generation) return;
+    showSession(s);
+  } catch (err) {
+    if (gen !== generation) return;
+    setStatus(String(err.message || err), true);
+    scheduleReconnect("No session");
+    return;
+  }
+  connect(gen);
+}
+
+function connect(gen) {
+  const proto = location.protocol === "https:" ? "wss:" : "ws:";
+  const url = `${proto}//${location.host}/api/v1/sessions/${encodeURIComponent(tabcast.session)}/signal`;
+  const ws = new WebSocket(url);
+  const pc = new RTCPeerConnection();
+  const c = { gen, ws, pc, timers: [], answered: false, localPending: [], disconnectTimer: null, pongTimer: null };
+  current = c;
+  tabcast.pc = pc;
+  setState(pc.connectionState);
+  const live = () => current === c && gen === generation;
+  const send = (msg) => {
+    if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(msg));
+  };
+
+  pc.ontrack = (ev) => {
+    if (!live()) return;
+    ui.video.srcObject = ev.streams[0] ?? new MediaStream([ev.track]);
+    ui.video.play().catch(() => { /* autoplay is muted; ignore */ });
+  };
+  pc.onicecandidate = (ev) => {
+    if (!live() || !ev.candidate || !ev.candidate.candidate) return;
+    const cand = ev.candidate.toJSON();
+    if (c.answered) send({ type: "candidate", candidate: cand });
+    else c.localPending.push(cand);
+  };
+  pc.onconnectionstatechange = () => {
+    if (!live()) return;
+    const s = pc.connectionState;
+    setState(s);
+    clearTimeout(c.disconnectTimer);
+    if (s === "connected") {
+      attempt = 0;
+      tabcast.attempt = 0;
+      setStatus(`Streaming ${tabcast.codec ?? ""}`.trim());
+    } else if (s === "failed") {
+      scheduleReconnect("Connection failed");
+    } else if (s === "disconnected") {
+      // Often recovers by itself; give it a moment before starting over.
+      c.disconnectTimer = setTimeout(() => {
+        if (live() && pc.connectionState !== "connected") scheduleReconnect("Connection lost");
+      }, DISCONNECTED_GRACE_MS);
+    }
+  };
+
+  // Messages are handled one at a time, in order: a candidate must wait
+  // for the offer before it to be applied.
+  let queue = Promise.resolve();
+  ws.onmessage = (ev) => {
+    if (!live()) return;
+    let msg;
+    try {
+      msg = JSON.parse(ev.data);
+    } catch {
+      setStatus("server sent a malformed message", true);
+      return;
+    }
+    queue = queue.then(() => handle(msg)).catch((err) => {
+      if (!live()) return;
+      setStatus(`signaling: ${err.name || "error"}`, true);
+      scheduleReconnect("Signaling error");
+    });
+  };
+  ws.onopen = () => {
+    if (!live()) return;
+    send({ type: "hello", codec: wantCodec, codecs: viewerCodecs() });
+    c.timers.push(setInterval(() => {
+      send({ type: "ping" });
+      if (!c.pongTimer) {
+        c.pongTimer = setTimeout(() => {
+          if (live()) scheduleReconnect("Server not answering");
+        }, PONG_TIMEOUT_MS);
+      }
+    }, PING_EVERY_MS));
+  };
+  ws.onclose = (ev) => {
+    if (!live()) return;
+    const why = ev.code === 4404 ? "Session not found" : "Signaling closed";
+    scheduleReconnect(why);
+  };
+  ws.onerror = () => { /* onclose follows */ };
+
+  async function handle(msg) {
+    if (!live()) return;
+    switch (msg.type) {
+      case "welcome":
+        tabcast.codec = msg.codec;
+        tabcast.peerId = msg.peerId;
+        setStatus(`Negotiating ${msg.codec}…`);
+        break;
+      case "offer": {
+        await pc.setRemoteDescription({ type: "offer", sdp: msg.sdp });
+        const answer = await pc.createAnswer();
+        await pc.setLocalDescription(answer);
+        if (!live()) return;
+        send({ type: "answer", sdp: pc.localDescription.sdp });
+        c.answered = true;
+        for (const cand of c.localPending) send({ type: "candidate", candidate: cand });
+        c.localPending = [];
+        break;
+      }
+      case "candidate":
+        if (msg.candidate) await pc.addIceCandidate(msg.candidate);
+        break;
+      case "state":
+        // The server's view of the peer; ours is shown from the RTCPeerConnection.
+        break;
+      case "pong":
+        clearTimeout(c.pongTimer);
+        c.pongTimer = null;
+        break;
+      case "error": {
+        const text = `${msg.code}: ${msg.message}`;
+        tabcast.errors.push({ code: msg.code, message: msg.message });
+        if (tabcast.errors.length > 20) tabcast.errors.shift();
+        setStatus(text, true);
+        // These end this attempt; anything else is reported and ignored.
+        if (["session_not_found", "capacity_exceeded", "codec_unsupported", "internal"].includes(msg.code)) {
+          scheduleReconnect(msg.code.replace(/_/g, " "));
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  c.timers.push(setInterval(() => {
+    if (live()) updateStats(c).catch(() => { /* peer closing */ });
+  }, STATS_EVERY_MS));
+}
+
+// Live stats from getStats: codec, size, fps, bitrate (from the bytes
+// delta), RTT of the selected pair and the local candidate type.
+async function updateStats(c) {
+  const report = await c.pc.getStats();
+  let inbound = null;
+  let pair = null;
+  let selectedPairId = null;
+  report.forEach((s) => {
+    if (s.type === "inbound-rtp" && s.kind === "video") inbound = s;
+    if (s.type === "transport" && s.selectedCandidatePairId) selectedPairId = s.selectedCandidatePairId;
+  });
+  if (selectedPairId) pair = report.get(selectedPairId);
+  if (!pair) {
+    report.forEach((s) => {
+      if (s.type === "candidate-pair" && s.nominated && s.state === "succeeded") pair = s;
+    });
+  }
+  if (inbound) {
+    const codec = inbound.codecId ? report.get(inbound.codecId) : null;
+    ui.codec.textContent = codec?.mimeType?.replace("video/", "") ?? "–";
+    ui.resolution.textContent = inbound.frameWidth ? `${inbound.frameWidth}×${inbound.frameHeight}` : "–";
+    ui.fps.textContent = inbound.framesPerSecond != null ? String(Math.round(inbound.framesPerSecond)) : "–";
+    const now = inbound.timestamp;
+    if (c.lastBytes != null && now > c.lastTs) {
+      const kbps = ((inbound.bytesReceived - c.lastBytes) * 8) / (now - c.lastTs);
+      ui.bitrate.textContent = kbps >= 1000 ? `${(kbps / 1000).toFixed(2)} Mbit/s` : `${Math.round(kbps)} kbit/s`;
+    }
+    c.lastBytes = inbound.bytesReceived;
+    c.lastTs = now;
+  }
+  if (pair) {
+    ui.rtt.textContent = pair.currentRoundTripTime != null ? `${Math.round(pair.currentRoundTripTime * 1000)} ms` : "–";
+    const local = report.get(pair.localCandidateId);
+    ui.candidate.textContent = local?.candidateType ?? "–";
+  }
+}
+
+window.addEventListener("pagehide", () => {
+  const c = current;
+  if (c && c.ws.readyState === WebSocket.OPEN) c.ws.send(JSON.stringify({ type: "bye" }));
+});
+
+start();

@@ -1,0 +1,11 @@
+// Package web holds the viewer panel (index.html, app.js, style.css: plain
+// ES modules, no build step) and welcome.html, the start page a new
+// session opens. The files are embedded and served as they are.
+package web
+
+import "embed"
+
+// FS holds the panel files at its root.
+//
+//go:embed index.html app.js style.css welcome.html
+var FS embed.FS

@@ -1,0 +1,501 @@
+// Package peer holds the appliance side of a viewer's WebRTC connection: one
+// Pion PeerConnection per viewer that sends the session's shared video track.
+// The appliance is always the offerer (see docs/protocol.md, "Signaling").
+package peer
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/interceptor"
+	"github.com/pion/rtcp"
+	"github.com/pion/sdp/v3"
+	"github.com/pion/webrtc/v4"
+)
+
+// Limits on what a viewer may send for one peer.
+const (
+	// MaxSDPSize is the largest answer SDP accepted, in bytes.
+	MaxSDPSize = 64 << 10
+	// MaxCandidates is the most remote ICE candidates accepted per peer.
+	MaxCandidates = 50
+	// maxCandidateSize bounds one candidate line; real ones are ~150 bytes.
+	maxCandidateSize = 1024
+)
+
+var (
+	// ErrSDPTooLarge is returned by SetAnswer for an SDP over MaxSDPSize.
+	ErrSDPTooLarge = errors.New("sdp too large")
+	// ErrTooManyCandidates is returned by AddCandidate past MaxCandidates.
+	ErrTooManyCandidates = errors.New("too many ice candidates")
+	// ErrBadSDP is returned by SetAnswer for an SDP that does not parse or
+	// does not fit the offer.
+	ErrBadSDP = errors.New("bad sdp")
+	// ErrBadCandidate is returned by AddCandidate for a candidate that does
+	// not parse.
+	ErrBadCandidate = errors.New("bad ice candidate")
+	// ErrBadState is returned when a call comes out of order (an answer
+	// before the offer, a candidate before the answer, a second answer).
+	ErrBadState = errors.New("bad peer state")
+	// ErrClosed is returned by calls on a closed peer.
+	ErrClosed = errors.New("peer closed")
+)
+
+// Config configures a Factory.
+type Config struct {
+	ICEServers []webrtc.ICEServer
+	// UDPPort 0 lets every peer use its own ephemeral UDP ports; >0 serves
+	// every peer's ICE on this one UDP port (ICE UDP mux), which is what a
+	// firewall-friendly appliance wants.
+	UDPPort int
+	// Interfaces optionally restricts host candidates to these interface
+	// names (e.g. "eth0", "lo"); empty means every up interface, loopback
+	// included.
+	Interfaces []string
+	// MDNS lets ICE resolve the viewer's obfuscated "*.local" host
+	// candidates with multicast DNS queries. Off by default: viewers reach
+	// the appliance's candidates anyway (peer-reflexive pairs), and
+	// multicast traffic is not wanted on every network.
+	MDNS bool
+	// DisconnectedTimeout is the ICE silence after which a peer is
+	// "disconnected" (default 3 s); FailedTimeout the further silence after
+	// which it is "failed" (default 7 s), so a vanished viewer is given up
+	// 10 s after its last packet.
+	DisconnectedTimeout time.Duration
+	FailedTimeout       time.Duration
+	Logger              *slog.Logger
+}
+
+const (
+	defaultDisconnectedTimeout = 3 * time.Second
+	defaultFailedTimeout       = 7 * time.Second
+)
+
+// Factory builds peers that share one webrtc.API (codecs, interceptors,
+// ICE settings and, with Config.UDPPort, one UDP socket).
+type Factory struct {
+	api    *webrtc.API
+	cfg    Config
+	log    *slog.Logger
+	mux    interface{ Close() error }
+	closed atomic.Bool
+}
+
+// videoFeedback is what the viewer may send back for video: NACK for lost
+// packets, PLI/FIR for keyframes, REMB/TWCC for bandwidth (Pion defaults).
+var videoFeedback = []webrtc.RTCPFeedback{
+	{Type: "goog-remb"}, {Type: "ccm", Parameter: "fir"},
+	{Type: "nack"}, {Type: "nack", Parameter: "pli"},
+}
+
+// Codecs are the video codecs every peer can send, in offer preference
+// order within each MIME type. Exported so receivers in tests can mirror it.
+var Codecs = []webrtc.RTPCodecParameters{
+	{
+		RTPCodecCapability: webrtc.RTPCodecCapability{
+			MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
+			SDPFmtpLine:  "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f",
+			RTCPFeedback: videoFeedback,
+		},
+		PayloadType: 106,
+	},
+	{
+		RTPCodecCapability: webrtc.RTPCodecCapability{
+			MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
+			SDPFmtpLine:  "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42001f",
+			RTCPFeedback: videoFeedback,
+		},
+		PayloadType: 102,
+	},
+	{
+		RTPCodecCapability: webrtc.RTPCodecCapability{
+			MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, RTCPFeedback: videoFeedback,
+		},
+		PayloadType: 96,
+	},
+}
+
+// NewMediaEngine returns a MediaEngine with Codecs registered for video.
+func NewMediaEngine() (*webrtc.MediaEngine, error) {
+	me := &webrtc.MediaEngine{}
+	for _, c := range Codecs {
+		if err := me.RegisterCodec(c, webrtc.RTPCodecTypeVideo); err != nil {
+			return nil, fmt.Errorf("register codec %s: %w", c.MimeType, err)
+		}
+	}
+	return me, nil
+}
+
+// NewFactory builds the shared webrtc.API.
+func NewFactory(cfg Config) (*Factory, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	me, err := NewMediaEngine()
+	if err != nil {
+		return nil, err
+	}
+	reg := &interceptor.Registry{}
+	// NACK responder, RTCP sender/receiver reports, TWCC, stats.
+	if err := webrtc.RegisterDefaultInterceptors(me, reg); err != nil {
+		return nil, fmt.Errorf("register interceptors: %w", err)
+	}
+
+	se := webrtc.SettingEngine{}
+	se.LoggerFactory = &pionLogs{log: log.With("component", "pion")}
+	se.SetIncludeLoopbackCandidate(true)
+	disc, failed := cfg.DisconnectedTimeout, cfg.FailedTimeout
+	if disc <= 0 {
+		disc = defaultDisconnectedTimeout
+	}
+	if failed <= 0 {
+		failed = defaultFailedTimeout
+	}
+	// Keepalives well inside the disconnected timeout, or an idle but
+	// healthy pair would look silent.
+	se.SetICETimeouts(disc, failed, min(time.Second, disc/3))
+	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4, webrtc.NetworkTypeUDP6})
+	if !cfg.MDNS {
+		se.SetICEMulticastDNSMode(iceMDNSDisabled)
+	}
+	filter := interfaceFilter(cfg.Interfaces)
+	if filter != nil {
+		se.SetInterfaceFilter(filter)
+	}
+	f := &Factory{cfg: cfg, log: log}
+	if cfg.UDPPort > 0 {
+		mux, err := newUDPMux(cfg.UDPPort, filter, se.LoggerFactory)
+		if err != nil {
+			return nil, fmt.Errorf("ice udp mux on port %d: %w", cfg.UDPPort, err)
+		}
+		se.SetICEUDPMux(mux)
+		f.mux = mux
+	}
+	f.api = webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(reg),
+		webrtc.WithSettingEngine(se))
+	return f, nil
+}
+
+func interfaceFilter(names []string) func(string) bool {
+	if len(names) == 0 {
+		return nil
+	}
+	allow := make(map[string]bool, len(names))
+	for _, n := range names {
+		allow[n] = true
+	}
+	return func(name string) bool { return allow[name] }
+}
+
+// Close releases the shared UDP socket, if any. Close peers first.
+func (f *Factory) Close() error {
+	if !f.closed.CompareAndSwap(false, true) || f.mux == nil {
+		return nil
+	}
+	if err := f.mux.Close(); err != nil {
+		return fmt.Errorf("close ice udp mux: %w", err)
+	}
+	return nil
+}
+
+// Options describes one viewer peer. Callbacks run on Pion goroutines, must
+// not block and must not call Close; none of them runs once Close returns
+// (so the "closed" state caused by Close itself is not reported).
+type Options struct {
+	// Track is the session's shared video track (a
+	// *webrtc.TrackLocalStaticSample); the peer sends it sendonly.
+	Track webrtc.TrackLocal
+	// OnKeyframeRequest is called for every PLI or FIR from the viewer;
+	// the caller rate-limits.
+	OnKeyframeRequest func()
+	// OnICECandidate is called for every local candidate gathered (trickle
+	// ICE). It is not called when gathering completes: end-of-candidates is
+	// not signaled, viewers do not need it.
+	OnICECandidate func(webrtc.ICECandidateInit)
+	// OnStateChange reports every PeerConnectionState change.
+	OnStateChange func(webrtc.PeerConnectionState)
+}
+
+// Stats is a snapshot of one peer's sending side.
+type Stats struct {
+	State       webrtc.PeerConnectionState
+	BytesSent   uint64 // RTP payload bytes of media (not retransmissions)
+	PacketsSent uint64
+	PLIs        uint64 // PLIs received from the viewer
+	FIRs        uint64 // FIRs received from the viewer
+	NACKs       uint64 // NACK packets received from the viewer
+}
+
+// Peer is one viewer's PeerConnection.
+type Peer struct {
+	id     string
+	pc     *webrtc.PeerConnection
+	sender *webrtc.RTPSender
+	opts   Options
+	log    *slog.Logger
+
+	mu         sync.Mutex
+	offered    bool
+	answered   bool
+	candidates int
+	closed     bool
+
+	// cbMu/cbClosed/cbWG fence callbacks: none starts after Close began
+	// and Close waits for the running ones.
+	cbMu     sync.Mutex
+	cbClosed bool
+	cbWG     sync.WaitGroup
+
+	plis, firs, nacks atomic.Uint64
+	sent              sendCounters
+
+	rtcpDone  chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewPeer creates a peer that sends o.Track and starts its RTCP reader.
+func (f *Factory) NewPeer(o Options) (*Peer, error) {
+	if f.closed.Load() {
+		return nil, ErrClosed
+	}
+	if o.Track == nil {
+		return nil, errors.New("new peer: no track")
+	}
+	id, err := randomID()
+	if err != nil {
+		return nil, err
+	}
+	pc, err := f.api.NewPeerConnection(webrtc.Configuration{ICEServers: f.cfg.ICEServers})
+	if err != nil {
+		return nil, fmt.Errorf("new peer connection: %w", err)
+	}
+	p := &Peer{id: id, pc: pc, opts: o, log: f.log.With("peer", id), rtcpDone: make(chan struct{})}
+
+	tr, err := pc.AddTransceiverFromTrack(countingTrack{o.Track, &p.sent},
+		webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly})
+	if err != nil {
+		_ = pc.Close()
+		return nil, fmt.Errorf("add track: %w", err)
+	}
+	// Offer only the track's codec family: the session encodes one codec
+	// per track, and a viewer must not pick another one from the offer.
+	if prefs := codecsFor(o.Track); len(prefs) > 0 {
+		if err := tr.SetCodecPreferences(prefs); err != nil {
+			_ = pc.Close()
+			return nil, fmt.Errorf("codec preferences: %w", err)
+		}
+	}
+	p.sender = tr.Sender()
+
+	pc.OnICECandidate(func(c *webrtc.ICECandidate) {
+		if c == nil || o.OnICECandidate == nil || !p.enter() {
+			return
+		}
+		defer p.cbWG.Done()
+		o.OnICECandidate(c.ToJSON())
+	})
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		if !p.enter() {
+			return
+		}
+		defer p.cbWG.Done()
+		p.log.Debug("peer state", "state", s.String())
+		if o.OnStateChange != nil {
+			o.OnStateChange(s)
+		}
+	})
+	go p.readRTCP()
+	return p, nil
+}
+
+// codecsFor returns the factory codecs with the track's MIME type, the
+// track's exact fmtp first.
+func codecsFor(t webrtc.TrackLocal) []webrtc.RTPCodecParameters {
+	ct, ok := t.(interface {
+		Codec() webrtc.RTPCodecCapability
+	})
+	if !ok {
+		return nil
+	}
+	want := ct.Codec()
+	var exact, same []webrtc.RTPCodecParameters
+	for _, c := range Codecs {
+		if !strings.EqualFold(c.MimeType, want.MimeType) {
+			continue
+		}
+		// Preferences intersect with the engine's feedback, where the
+		// default interceptors added transport-cc: keep it offered.
+		c.RTCPFeedback = append(slices.Clone(c.RTCPFeedback), webrtc.RTCPFeedback{Type: webrtc.TypeRTCPFBTransportCC})
+		if c.SDPFmtpLine == want.SDPFmtpLine {
+			exact = append(exact, c)
+		} else {
+			same = append(same, c)
+		}
+	}
+	return append(exact, same...)
+}
+
+// readRTCP drains the sender's RTCP (the interceptors need it read) and
+// turns PLI/FIR into keyframe requests. It ends when the peer closes.
+func (p *Peer) readRTCP() {
+	defer close(p.rtcpDone)
+	for {
+		pkts, _, err := p.sender.ReadRTCP()
+		if err != nil {
+			return
+		}
+		for _, pkt := range pkts {
+			switch pkt.(type) {
+			case *rtcp.PictureLossIndication:
+				p.plis.Add(1)
+				p.keyframe()
+			case *rtcp.FullIntraRequest:
+				p.firs.Add(1)
+				p.keyframe()
+			case *rtcp.TransportLayerNack:
+				p.nacks.Add(1)
+			}
+		}
+	}
+}
+
+func (p *Peer) keyframe() {
+	if p.opts.OnKeyframeRequest == nil || !p.enter() {
+		return
+	}
+	defer p.cbWG.Done()
+	p.opts.OnKeyframeRequest()
+}
+
+// enter admits one callback unless the peer is closing; the caller must
+// call p.cbWG.Done when it returns true.
+func (p *Peer) enter() bool {
+	p.cbMu.Lock()
+	defer p.cbMu.Unlock()
+	if p.cbClosed {
+		return false
+	}
+	p.cbWG.Add(1)
+	return true
+}
+
+// ID returns the peer's random id.
+func (p *Peer) ID() string { return p.id }
+
+// CreateOffer creates the offer and sets it as the local description;
+// candidates then trickle through Options.OnICECandidate.
+func (p *Peer) CreateOffer() (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return "", ErrClosed
+	}
+	if p.offered {
+		return "", fmt.Errorf("create offer: already offered: %w", ErrBadState)
+	}
+	offer, err := p.pc.CreateOffer(nil)
+	if err != nil {
+		return "", fmt.Errorf("create offer: %w", err)
+	}
+	if err := p.pc.SetLocalDescription(offer); err != nil {
+		return "", fmt.Errorf("set local description: %w", err)
+	}
+	p.offered = true
+	return offer.SDP, nil
+}
+
+// SetAnswer applies the viewer's answer.
+func (p *Peer) SetAnswer(sdpText string) error {
+	if len(sdpText) > MaxSDPSize {
+		return ErrSDPTooLarge
+	}
+	var parsed sdp.SessionDescription
+	if err := parsed.UnmarshalString(sdpText); err != nil {
+		// The parse error may quote the SDP; do not wrap it.
+		return ErrBadSDP
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if !p.offered || p.answered {
+		return fmt.Errorf("set answer: %w", ErrBadState)
+	}
+	if err := p.pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: sdpText}); err != nil {
+		return fmt.Errorf("%w: answer does not fit the offer", ErrBadSDP)
+	}
+	p.answered = true
+	return nil
+}
+
+// AddCandidate adds a remote ICE candidate; an empty candidate string
+// means end-of-candidates.
+func (p *Peer) AddCandidate(c webrtc.ICECandidateInit) error {
+	if len(c.Candidate) > maxCandidateSize {
+		return fmt.Errorf("%w: too long", ErrBadCandidate)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if !p.answered {
+		return fmt.Errorf("add candidate before answer: %w", ErrBadState)
+	}
+	if p.candidates >= MaxCandidates {
+		return ErrTooManyCandidates
+	}
+	p.candidates++
+	if err := p.pc.AddICECandidate(c); err != nil {
+		// Pion's error may quote the candidate (an address): do not wrap it.
+		return ErrBadCandidate
+	}
+	return nil
+}
+
+// Stats returns counters of the sending side.
+func (p *Peer) Stats() Stats {
+	return Stats{
+		State:     p.pc.ConnectionState(),
+		BytesSent: p.sent.bytes.Load(), PacketsSent: p.sent.packets.Load(),
+		PLIs: p.plis.Load(), FIRs: p.firs.Load(), NACKs: p.nacks.Load(),
+	}
+}
+
+// Close closes the PeerConnection and waits for the RTCP reader. It is
+// idempotent and safe to call from any goroutine except a peer callback.
+func (p *Peer) Close() error {
+	p.closeOnce.Do(func() {
+		p.cbMu.Lock()
+		p.cbClosed = true
+		p.cbMu.Unlock()
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		if err := p.pc.Close(); err != nil {
+			p.closeErr = fmt.Errorf("close peer connection: %w", err)
+		}
+		<-p.rtcpDone
+		p.cbWG.Wait()
+	})
+	return p.closeErr
+}
+
+func randomID() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("peer id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}

@@ -1,0 +1,565 @@
+package signaling
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/tabcast/tabcast/core/peer"
+)
+
+var (
+	// ErrSessionNotFound is wrapped by Sessions.Media for an unknown id.
+	ErrSessionNotFound = errors.New("session not found")
+	// ErrCapacity is wrapped by Media.Subscribe when no more viewers or
+	// pipelines fit.
+	ErrCapacity = errors.New("capacity exceeded")
+)
+
+// Sessions finds a session's media by id.
+type Sessions interface {
+	// Media returns an error wrapping ErrSessionNotFound for an unknown id.
+	Media(sessionID string) (Media, error)
+}
+
+// Media is the video side of one session.
+type Media interface {
+	// Codecs lists the codecs the session can produce, e.g. ["h264","vp8"].
+	Codecs() []string
+	// Subscribe starts the codec's pipeline if needed and returns its shared
+	// track; release must be called once when the viewer goes. It may
+	// return an error wrapping ErrCapacity.
+	Subscribe(codec string) (track webrtc.TrackLocal, release func(), err error)
+	// RequestKeyframe asks the codec's encoder for a keyframe; the session
+	// rate-limits.
+	RequestKeyframe(codec string)
+}
+
+// WebSocket close codes used besides the standard ones.
+const (
+	// CloseSessionNotFound closes a socket whose session does not exist.
+	CloseSessionNotFound websocket.StatusCode = 4404
+)
+
+// Timing of a connection.
+const (
+	defaultPingInterval = 20 * time.Second
+	pingTimeout         = 10 * time.Second
+	writeTimeout        = 10 * time.Second
+	helloTimeout        = 10 * time.Second
+	// queueSize bounds frames waiting for the writer; a viewer that lets it
+	// fill is too slow and is dropped.
+	queueSize = 64
+)
+
+// Options configures a Handler.
+type Options struct {
+	Sessions Sessions
+	Peers    *peer.Factory
+	Logger   *slog.Logger
+	// OriginPatterns lists extra browser origins (host patterns, see
+	// websocket.AcceptOptions) allowed to open the socket; same-origin
+	// requests and non-browser clients are always allowed.
+	OriginPatterns []string
+	// PingInterval is the WebSocket keepalive period (default 20 s); a
+	// ping unanswered for 10 s (or one period, if shorter) drops the socket.
+	PingInterval time.Duration
+}
+
+// Handler serves the signaling WebSocket. Mount it on a pattern with an
+// {id} wildcard: /api/v1/sessions/{id}/signal.
+type Handler struct {
+	o      Options
+	log    *slog.Logger
+	ctx    context.Context // canceled by Close: every connection shuts down
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // one per ServeHTTP in flight
+}
+
+// NewHandler returns the signaling handler. It is a *Handler (an
+// http.Handler) so the owner can Close it.
+func NewHandler(o Options) *Handler {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = defaultPingInterval
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Handler{o: o, log: log.With("component", "signaling"), ctx: ctx, cancel: cancel}
+}
+
+// Close closes every open signaling connection (status 1001) and its peer,
+// and waits for their goroutines. Later requests get 503.
+func (h *Handler) Close() {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	h.cancel()
+	h.wg.Wait()
+}
+
+// ServeHTTP upgrades to a WebSocket and runs the protocol until the socket
+// or the peer ends.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	defer h.wg.Done()
+
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: h.o.OriginPatterns})
+	if err != nil {
+		// Accept has written the HTTP error.
+		h.log.Debug("websocket accept failed", "err", err)
+		return
+	}
+	ws.SetReadLimit(ReadLimit)
+	c := &conn{
+		h:         h,
+		ws:        ws,
+		sessionID: r.PathValue("id"),
+		out:       make(chan outFrame, queueSize),
+	}
+	c.log = h.log.With("session", c.sessionID)
+	c.run()
+}
+
+type phase int
+
+const (
+	phaseHello    phase = iota // waiting for hello
+	phaseOffered               // offer sent, waiting for the answer
+	phaseAnswered              // answer applied; candidates flow
+)
+
+// outFrame is one queued frame, or (close set) the request to end the
+// socket with a close handshake after the frames before it.
+type outFrame struct {
+	data   []byte
+	close  bool
+	code   websocket.StatusCode
+	reason string
+}
+
+// conn is one signaling socket. The reader runs on the ServeHTTP goroutine,
+// one writer goroutine owns every data write; Pion callbacks only enqueue.
+type conn struct {
+	h         *Handler
+	ws        *websocket.Conn
+	sessionID string
+	log       *slog.Logger
+	out       chan outFrame
+
+	ctx    context.Context // canceled when the connection is cleaned up
+	cancel context.CancelFunc
+
+	media Media
+
+	mu        sync.Mutex
+	phase     phase
+	codec     string
+	peer      *peer.Peer
+	release   func()
+	offerSent bool
+	pending   []webrtc.ICECandidateInit // local candidates gathered before the offer went out
+	closing   bool                      // no more frames are queued
+}
+
+func (c *conn) run() {
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writer()
+	}()
+	start := time.Now()
+	reason := c.serve()
+	c.cancel()
+	<-writerDone
+
+	c.mu.Lock()
+	p, release, codec := c.peer, c.release, c.codec
+	c.closing = true
+	c.mu.Unlock()
+	var stats peer.Stats
+	if p != nil {
+		stats = p.Stats()
+		if err := p.Close(); err != nil {
+			c.log.Debug("close peer", "err", err)
+		}
+	}
+	if release != nil {
+		release()
+	}
+	_ = c.ws.CloseNow()
+	attrs := []any{"reason", reason, "codec", codec, "duration", time.Since(start).Round(time.Millisecond)}
+	if p != nil {
+		attrs = append(attrs, "peer", p.ID(), "bytes_sent", stats.BytesSent, "plis", stats.PLIs)
+	}
+	c.log.Info("viewer disconnected", attrs...)
+}
+
+// serve looks the session up and reads messages until the socket ends. It
+// returns why it ended (for the log).
+func (c *conn) serve() string {
+	media, err := c.h.o.Sessions.Media(c.sessionID)
+	if err != nil {
+		if errors.Is(err, ErrSessionNotFound) {
+			c.sendError(CodeSessionNotFound, "no such session")
+			c.closeWith(CloseSessionNotFound, "session not found")
+		} else {
+			c.log.Warn("session lookup failed", "err", err)
+			c.sendError(CodeInternal, "session lookup failed")
+			c.closeWith(websocket.StatusInternalError, "session lookup failed")
+		}
+		c.drain()
+		return "session not found"
+	}
+	c.media = media
+	// A socket that never says hello holds a slot for nothing.
+	helloTimer := time.AfterFunc(helloTimeout, func() {
+		c.mu.Lock()
+		ph := c.phase
+		c.mu.Unlock()
+		if ph == phaseHello {
+			c.sendError(CodeBadState, "no hello in time")
+			c.closeWith(websocket.StatusPolicyViolation, "no hello")
+		}
+	})
+	defer helloTimer.Stop()
+	for {
+		typ, data, err := c.ws.Read(c.ctx)
+		if err != nil {
+			return readEndReason(err)
+		}
+		if typ != websocket.MessageText {
+			c.sendError(CodeBadJSON, "binary frames are not accepted")
+			continue
+		}
+		m, err := Decode(data)
+		if err != nil {
+			c.sendError(errorCode(err), messageOf(err))
+			continue
+		}
+		if err := c.handle(m); err != nil {
+			c.sendError(errorCode(err), messageOf(err))
+		}
+	}
+}
+
+// drain reads until the close handshake ends the socket (so the writer's
+// Close sees the client's reply).
+func (c *conn) drain() {
+	for {
+		if _, _, err := c.ws.Read(c.ctx); err != nil {
+			return
+		}
+	}
+}
+
+func readEndReason(err error) string {
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure:
+		return "closed by viewer"
+	case websocket.StatusGoingAway:
+		return "viewer going away"
+	case websocket.StatusMessageTooBig:
+		return "message over read limit"
+	case -1:
+		if errors.Is(err, websocket.ErrMessageTooBig) {
+			return "message over read limit"
+		}
+		return "socket ended"
+	default:
+		return "closed with status " + websocket.CloseStatus(err).String()
+	}
+}
+
+func messageOf(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Message
+	}
+	return "internal error"
+}
+
+func (c *conn) handle(m Message) error {
+	switch m.Type {
+	case TypeHello:
+		return c.hello(m)
+	case TypeAnswer:
+		return c.answer(m)
+	case TypeCandidate:
+		return c.candidate(m)
+	case TypeKeyframe:
+		c.mu.Lock()
+		codec, ph := c.codec, c.phase
+		c.mu.Unlock()
+		if ph == phaseHello {
+			return protoErr(CodeBadState, "keyframe before hello")
+		}
+		c.media.RequestKeyframe(codec)
+		return nil
+	case TypePing:
+		c.send(simpleMsg{Type: TypePong})
+		return nil
+	case TypeBye:
+		c.closeWith(websocket.StatusNormalClosure, "bye")
+		return nil
+	}
+	return protoErr(CodeUnknownType, "unknown message type")
+}
+
+// chooseCodec applies the codec rule of the protocol: auto prefers H.264
+// when both sides have it, else VP8; an explicit codec must be on both.
+func chooseCodec(want string, viewer, source []string) (string, error) {
+	viewerHas := func(c string) bool { return viewer == nil || slices.Contains(viewer, c) }
+	both := func(c string) bool { return viewerHas(c) && slices.Contains(source, c) }
+	switch want {
+	case CodecAuto:
+		for _, c := range []string{CodecH264, CodecVP8} {
+			if both(c) {
+				return c, nil
+			}
+		}
+		return "", protoErr(CodeCodecUnsupported, "no codec both the viewer and the session support")
+	default:
+		if !viewerHas(want) {
+			return "", protoErr(CodeCodecUnsupported, "the viewer did not list %s", want)
+		}
+		if !slices.Contains(source, want) {
+			return "", protoErr(CodeCodecUnsupported, "the session cannot produce %s", want)
+		}
+		return want, nil
+	}
+}
+
+func (c *conn) hello(m Message) error {
+	c.mu.Lock()
+	ph := c.phase
+	c.mu.Unlock()
+	if ph != phaseHello {
+		return protoErr(CodeBadState, "second hello")
+	}
+	codec, err := chooseCodec(m.Codec, m.Codecs, c.media.Codecs())
+	if err != nil {
+		return err
+	}
+	track, release, err := c.media.Subscribe(codec)
+	if err != nil {
+		if errors.Is(err, ErrCapacity) {
+			return protoErr(CodeCapacityExceeded, "no capacity for another viewer")
+		}
+		if errors.Is(err, ErrSessionNotFound) {
+			return protoErr(CodeSessionNotFound, "session is gone")
+		}
+		c.log.Warn("subscribe failed", "codec", codec, "err", err)
+		return protoErr(CodeInternal, "could not start the video")
+	}
+	p, err := c.h.o.Peers.NewPeer(peer.Options{
+		Track:             track,
+		OnKeyframeRequest: func() { c.media.RequestKeyframe(codec) },
+		OnICECandidate:    c.localCandidate,
+		OnStateChange:     c.peerState,
+	})
+	if err != nil {
+		release()
+		c.log.Warn("new peer failed", "err", err)
+		return protoErr(CodeInternal, "could not create the peer")
+	}
+	c.mu.Lock()
+	c.peer, c.release, c.codec, c.phase = p, release, codec, phaseOffered
+	c.mu.Unlock()
+	c.log = c.log.With("peer", p.ID())
+	c.log.Info("viewer connected", "codec", codec)
+	c.send(welcomeMsg{Type: TypeWelcome, SessionID: c.sessionID, PeerID: p.ID(), Codec: codec})
+
+	offer, err := p.CreateOffer()
+	if err != nil {
+		c.log.Warn("create offer failed", "err", err)
+		c.sendError(CodeInternal, "could not create the offer")
+		c.closeWith(websocket.StatusInternalError, "offer failed")
+		return nil
+	}
+	// The offer must reach the viewer before any candidate.
+	c.mu.Lock()
+	c.sendLocked(offerMsg{Type: TypeOffer, SDP: offer})
+	for _, cand := range c.pending {
+		c.sendLocked(candidateMsg{Type: TypeCandidate, Candidate: cand})
+	}
+	c.pending, c.offerSent = nil, true
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *conn) answer(m Message) error {
+	c.mu.Lock()
+	p, ph := c.peer, c.phase
+	c.mu.Unlock()
+	if ph != phaseOffered {
+		return protoErr(CodeBadState, "answer without a pending offer")
+	}
+	if err := p.SetAnswer(m.SDP); err != nil {
+		switch {
+		case errors.Is(err, peer.ErrSDPTooLarge):
+			return protoErr(CodeSDPTooLarge, "sdp over %d bytes", MaxSDPSize)
+		case errors.Is(err, peer.ErrBadSDP):
+			return protoErr(CodeBadField, "sdp is not a valid answer to the offer")
+		case errors.Is(err, peer.ErrBadState):
+			return protoErr(CodeBadState, "answer without a pending offer")
+		default:
+			return protoErr(CodeInternal, "could not apply the answer")
+		}
+	}
+	c.mu.Lock()
+	c.phase = phaseAnswered
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *conn) candidate(m Message) error {
+	c.mu.Lock()
+	p, ph := c.peer, c.phase
+	c.mu.Unlock()
+	if ph != phaseAnswered {
+		return protoErr(CodeBadState, "candidate before answer")
+	}
+	if err := p.AddCandidate(m.Candidate); err != nil {
+		switch {
+		case errors.Is(err, peer.ErrTooManyCandidates):
+			return protoErr(CodeTooManyCandidates, "over %d candidates", peer.MaxCandidates)
+		case errors.Is(err, peer.ErrBadCandidate):
+			return protoErr(CodeBadField, "candidate does not parse")
+		case errors.Is(err, peer.ErrBadState):
+			return protoErr(CodeBadState, "candidate before answer")
+		default:
+			return protoErr(CodeInternal, "could not add the candidate")
+		}
+	}
+	return nil
+}
+
+// localCandidate is the peer's trickle callback.
+func (c *conn) localCandidate(cand webrtc.ICECandidateInit) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.offerSent {
+		c.pending = append(c.pending, cand)
+		return
+	}
+	c.sendLocked(candidateMsg{Type: TypeCandidate, Candidate: cand})
+}
+
+// peerState is the peer's state callback: report it; a failed or closed
+// peer ends the socket.
+func (c *conn) peerState(s webrtc.PeerConnectionState) {
+	c.send(stateMsg{Type: TypeState, State: s.String()})
+	switch s {
+	case webrtc.PeerConnectionStateFailed, webrtc.PeerConnectionStateClosed:
+		c.log.Info("peer ended", "state", s.String())
+		c.closeWith(websocket.StatusNormalClosure, "peer "+s.String())
+	}
+}
+
+func (c *conn) sendError(code, msg string) {
+	c.send(errorMsg{Type: TypeError, Code: code, Message: msg})
+}
+
+func (c *conn) send(v any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sendLocked(v)
+}
+
+// sendLocked queues one frame; a full queue means the viewer does not read
+// fast enough, and it is dropped.
+func (c *conn) sendLocked(v any) {
+	if c.closing {
+		return
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		c.log.Error("marshal frame", "err", err)
+		return
+	}
+	select {
+	case c.out <- outFrame{data: data}:
+	default:
+		c.closing = true
+		c.log.Warn("viewer too slow, dropping it")
+		_ = c.ws.CloseNow()
+	}
+}
+
+// closeWith queues a close handshake after the frames already queued.
+func (c *conn) closeWith(code websocket.StatusCode, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return
+	}
+	c.closing = true
+	select {
+	case c.out <- outFrame{close: true, code: code, reason: reason}:
+	default:
+		_ = c.ws.CloseNow()
+	}
+}
+
+// writer owns all writes: frames in order, keepalive pings, the close
+// handshake. It ends after a close, on a write error, or when the
+// connection is cleaned up; Handler.Close makes it close with 1001.
+func (c *conn) writer() {
+	ping := time.NewTicker(c.h.o.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.h.ctx.Done():
+			c.mu.Lock()
+			c.closing = true
+			c.mu.Unlock()
+			_ = c.ws.Close(websocket.StatusGoingAway, "server shutting down")
+			return
+		case <-ping.C:
+			ctx, cancel := context.WithTimeout(c.ctx, min(pingTimeout, c.h.o.PingInterval))
+			err := c.ws.Ping(ctx)
+			cancel()
+			if err != nil {
+				c.log.Info("keepalive failed", "err", err)
+				_ = c.ws.CloseNow()
+				return
+			}
+		case f := <-c.out:
+			if f.close {
+				_ = c.ws.Close(f.code, f.reason)
+				return
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
+			err := c.ws.Write(ctx, websocket.MessageText, f.data)
+			cancel()
+			if err != nil {
+				_ = c.ws.CloseNow()
+				return
+			}
+		}
+	}
+}

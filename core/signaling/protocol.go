@@ -1,0 +1,281 @@
+// Package signaling serves the viewer's WebSocket signaling endpoint
+// (/api/v1/sessions/{id}/signal): JSON text frames that set up one WebRTC
+// peer per socket. The protocol is specified in docs/protocol.md,
+// section "Signaling".
+package signaling
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/pion/webrtc/v4"
+)
+
+// Message types.
+const (
+	TypeHello     = "hello"
+	TypeAnswer    = "answer"
+	TypeCandidate = "candidate"
+	TypeKeyframe  = "keyframe"
+	TypePing      = "ping"
+	TypeBye       = "bye"
+
+	TypeWelcome = "welcome"
+	TypeOffer   = "offer"
+	TypeState   = "state"
+	TypePong    = "pong"
+	TypeError   = "error"
+)
+
+// Codec names on the wire.
+const (
+	CodecAuto = "auto"
+	CodecH264 = "h264"
+	CodecVP8  = "vp8"
+)
+
+// Error codes sent in error frames. They are stable: clients switch on them.
+const (
+	CodeBadJSON           = "bad_json"
+	CodeUnknownType       = "unknown_type"
+	CodeBadField          = "bad_field"
+	CodeTooLarge          = "too_large"
+	CodeSDPTooLarge       = "sdp_too_large"
+	CodeTooManyCandidates = "too_many_candidates"
+	CodeBadState          = "bad_state"
+	CodeCodecUnsupported  = "codec_unsupported"
+	CodeSessionNotFound   = "session_not_found"
+	CodeCapacityExceeded  = "capacity_exceeded"
+	CodePeerFailed        = "peer_failed"
+	CodeSlowConsumer      = "slow_consumer"
+	CodeInternal          = "internal"
+	CodeShuttingDown      = "shutting_down"
+)
+
+// Size limits of client messages.
+const (
+	// MaxMessageSize bounds every client message except answer.
+	MaxMessageSize = 64 << 10
+	// MaxSDPSize bounds the SDP of an answer (after JSON unescaping).
+	MaxSDPSize = 64 << 10
+	// MaxAnswerMessageSize bounds an answer message: a 64 KiB SDP grows
+	// when JSON-escaped ("\r\n" takes 4 bytes), so answers get room for it.
+	MaxAnswerMessageSize = 256 << 10
+	// ReadLimit is the WebSocket read limit; a bigger frame closes the
+	// socket (status 1009). Everything between the limits above and this
+	// one gets an error frame and the socket stays usable.
+	ReadLimit = 1 << 20
+
+	maxCodecs        = 16
+	maxCodecName     = 32
+	maxCandidateSize = 1024
+	maxMidSize       = 64
+)
+
+// Error is a protocol error with a stable code; its message never quotes
+// client input.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func protoErr(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Message is one decoded client message. Only the fields of its type are
+// set.
+type Message struct {
+	Type string
+	// hello
+	Codec  string   // "auto", "h264" or "vp8"
+	Codecs []string // lower-cased codec names the viewer decodes; nil if not sent
+	// answer
+	SDP string
+	// candidate
+	Candidate webrtc.ICECandidateInit
+}
+
+// Decode parses and validates one client message. Errors are *Error with
+// one of the Code* constants.
+func Decode(data []byte) (Message, error) {
+	if len(data) > MaxAnswerMessageSize {
+		// No message may be this large; do not spend time parsing it.
+		return Message{}, protoErr(CodeTooLarge, "message over %d bytes", MaxAnswerMessageSize)
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return Message{}, protoErr(CodeBadJSON, "message is not a JSON object")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &fields); err != nil {
+		// The json error may quote input; say only that it did not parse.
+		return Message{}, protoErr(CodeBadJSON, "message is not valid JSON")
+	}
+	rawType, ok := fields["type"]
+	if !ok {
+		return Message{}, protoErr(CodeBadField, "type is missing")
+	}
+	var typ string
+	if err := json.Unmarshal(rawType, &typ); err != nil {
+		return Message{}, protoErr(CodeBadField, "type is not a string")
+	}
+	m := Message{Type: typ}
+	if typ != TypeAnswer && len(data) > MaxMessageSize {
+		return Message{}, protoErr(CodeTooLarge, "message over %d bytes", MaxMessageSize)
+	}
+	switch typ {
+	case TypeHello:
+		return decodeHello(fields, m)
+	case TypeAnswer:
+		var sdp string
+		if err := field(fields, "sdp", true, &sdp); err != nil {
+			return Message{}, err
+		}
+		if len(sdp) > MaxSDPSize {
+			return Message{}, protoErr(CodeSDPTooLarge, "sdp over %d bytes", MaxSDPSize)
+		}
+		if strings.TrimSpace(sdp) == "" {
+			return Message{}, protoErr(CodeBadField, "sdp is empty")
+		}
+		m.SDP = sdp
+		return m, nil
+	case TypeCandidate:
+		return decodeCandidate(fields, m)
+	case TypeKeyframe, TypePing, TypeBye:
+		return m, nil
+	default:
+		return Message{}, protoErr(CodeUnknownType, "unknown message type")
+	}
+}
+
+// field decodes fields[name] into v; absent is an error when required,
+// null counts as absent.
+func field(fields map[string]json.RawMessage, name string, required bool, v any) error {
+	raw, ok := fields[name]
+	if !ok || string(raw) == "null" {
+		if required {
+			return protoErr(CodeBadField, "%s is missing", name)
+		}
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return protoErr(CodeBadField, "%s has the wrong type", name)
+	}
+	return nil
+}
+
+func decodeHello(fields map[string]json.RawMessage, m Message) (Message, error) {
+	codec := CodecAuto
+	if err := field(fields, "codec", false, &codec); err != nil {
+		return Message{}, err
+	}
+	codec = strings.ToLower(codec)
+	switch codec {
+	case CodecAuto, CodecH264, CodecVP8:
+	default:
+		return Message{}, protoErr(CodeBadField, "codec must be auto, h264 or vp8")
+	}
+	m.Codec = codec
+	if raw, ok := fields["codecs"]; ok && string(raw) != "null" {
+		var list []string
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return Message{}, protoErr(CodeBadField, "codecs must be a list of strings")
+		}
+		if len(list) > maxCodecs {
+			return Message{}, protoErr(CodeBadField, "codecs lists over %d entries", maxCodecs)
+		}
+		m.Codecs = make([]string, 0, len(list))
+		for _, c := range list {
+			if c == "" || len(c) > maxCodecName {
+				return Message{}, protoErr(CodeBadField, "codecs entry empty or over %d bytes", maxCodecName)
+			}
+			m.Codecs = append(m.Codecs, strings.ToLower(c))
+		}
+	}
+	return m, nil
+}
+
+func decodeCandidate(fields map[string]json.RawMessage, m Message) (Message, error) {
+	var c struct {
+		Candidate        *string `json:"candidate"`
+		SDPMid           *string `json:"sdpMid"`
+		SDPMLineIndex    *uint16 `json:"sdpMLineIndex"`
+		UsernameFragment *string `json:"usernameFragment"`
+	}
+	raw, ok := fields["candidate"]
+	if !ok || string(raw) == "null" {
+		return Message{}, protoErr(CodeBadField, "candidate is missing")
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return Message{}, protoErr(CodeBadField, "candidate must be an object")
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return Message{}, protoErr(CodeBadField, "candidate has a field of the wrong type")
+	}
+	if c.Candidate == nil {
+		return Message{}, protoErr(CodeBadField, "candidate.candidate is missing")
+	}
+	if len(*c.Candidate) > maxCandidateSize {
+		return Message{}, protoErr(CodeBadField, "candidate.candidate over %d bytes", maxCandidateSize)
+	}
+	if c.SDPMid != nil && len(*c.SDPMid) > maxMidSize {
+		return Message{}, protoErr(CodeBadField, "candidate.sdpMid over %d bytes", maxMidSize)
+	}
+	if c.UsernameFragment != nil && len(*c.UsernameFragment) > maxCandidateSize {
+		return Message{}, protoErr(CodeBadField, "candidate.usernameFragment too long")
+	}
+	m.Candidate = webrtc.ICECandidateInit{
+		Candidate: *c.Candidate, SDPMid: c.SDPMid, SDPMLineIndex: c.SDPMLineIndex,
+		UsernameFragment: c.UsernameFragment,
+	}
+	return m, nil
+}
+
+// errorCode returns the code of a protocol error, or CodeInternal.
+func errorCode(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return CodeInternal
+}
+
+// Server messages.
+
+type welcomeMsg struct {
+	Type      string `json:"type"`
+	SessionID string `json:"sessionId"`
+	PeerID    string `json:"peerId"`
+	Codec     string `json:"codec"`
+}
+
+type offerMsg struct {
+	Type string `json:"type"`
+	SDP  string `json:"sdp"`
+}
+
+type candidateMsg struct {
+	Type      string                  `json:"type"`
+	Candidate webrtc.ICECandidateInit `json:"candidate"`
+}
+
+type stateMsg struct {
+	Type  string `json:"type"`
+	State string `json:"state"`
+}
+
+type simpleMsg struct {
+	Type string `json:"type"`
+}
+
+type errorMsg struct {
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
