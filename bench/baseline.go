@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/tabcast/tabcast/encoder-ffmpeg/ffenc"
+	"github.com/tabcast/tabcast/plugins/encoder"
+)
+
+// baselineFrames is how many screencast JPEGs both encoders get; several
+// hundred amortise the CLI's start-up.
+const baselineFrames = 300
+
+// cliBaseline encodes the same real screencast JPEGs in this process (our
+// encoder package) and through the ffmpeg CLI with the same settings, and
+// fills in the CPU cost per frame and the ratio for each codec.
+func cliBaseline(ctx context.Context, pageURL string, rs []codecResult) error {
+	jpegs, err := screencastJPEGs(ctx, pageURL, 100)
+	if err != nil {
+		return err
+	}
+	frames := make([][]byte, 0, baselineFrames)
+	for len(frames) < baselineFrames {
+		frames = append(frames, jpegs...)
+	}
+	frames = frames[:baselineFrames]
+	cfg := ffenc.DefaultConfig()
+	for i := range rs {
+		p := encoder.OpenParams{Codec: rs[i].Codec, Width: 1280, Height: 720, FPS: 24, BitrateKbps: 2500, KeyframeInterval: 2 * time.Second}
+		own, err := ffenc.OwnEncodeCost(ctx, frames, p, cfg)
+		if err != nil {
+			return fmt.Errorf("%s own: %w", rs[i].Codec, err)
+		}
+		cli, err := ffenc.CLIEncodeCost(ctx, frames, p, cfg)
+		if err != nil {
+			return fmt.Errorf("%s CLI: %w", rs[i].Codec, err)
+		}
+		rs[i].OwnMsPerFrame = float64(own.Microseconds()) / 1000
+		rs[i].CLIMsPerFrame = float64(cli.Microseconds()) / 1000
+		if cli > 0 {
+			rs[i].OwnToCLIPercent = 100 * float64(own) / float64(cli)
+		}
+	}
+	return nil
+}
+
+// screencastJPEGs captures n real screencast frames of pageURL at 1280x720.
+func screencastJPEGs(ctx context.Context, pageURL string, n int) ([][]byte, error) {
+	dir, err := os.MkdirTemp("", "tabcast-bench-chromium-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath("/usr/lib/chromium/chromium"), chromedp.Flag("headless", "new"),
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true), chromedp.UserDataDir(dir), chromedp.WindowSize(1280, 720),
+	}
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox)
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	if err := chromedp.Do(bctx, chromedp.Navigate(pageURL)); err != nil {
+		return nil, err
+	}
+	type frame struct {
+		id   int64
+		data []byte
+	}
+	events := make(chan frame, 8)
+	// The listener must not block or call CDP: hand frames to this goroutine.
+	if err := chromedp.Listen(bctx, func(ev any) {
+		if f, ok := ev.(*page.EventScreencastFrame); ok {
+			select {
+			case events <- frame{f.SessionID, f.Data}:
+			default: // full: this frame stays unacked and Chromium sends the newest later
+			}
+		}
+	}); err != nil {
+		return nil, err
+	}
+	q := int64(80)
+	if _, err := chromedp.Call(bctx, page.StartScreencast, page.StartScreencastParams{
+		Format: page.StartScreencastFormatJpeg, Quality: &q, MaxWidth: 1280, MaxHeight: 720,
+	}); err != nil {
+		return nil, err
+	}
+	frames := make(chan []byte, n)
+	go func() {
+		for {
+			select {
+			case <-bctx.Done():
+				return
+			case f := <-events:
+				_, _ = chromedp.Call(bctx, page.ScreencastFrameAck, page.ScreencastFrameAckParams{SessionID: f.id})
+				select {
+				case frames <- f.data:
+				default:
+				}
+			}
+		}
+	}()
+	out := make([][]byte, 0, n)
+	timeout := time.After(60 * time.Second)
+	for len(out) < n {
+		select {
+		case b := <-frames:
+			out = append(out, b)
+		case <-timeout:
+			return nil, fmt.Errorf("captured %d of %d frames", len(out), n)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,210 @@
+// Command bench measures Tabcast's media path on this machine and prints
+// the figures beside a baseline measured in the same run: the same JPEG
+// frames through the ffmpeg CLI with the same encoder settings. Figures are
+// written to bench/results/<name>.json too. Nothing here passes or fails.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/tabcast/tabcast/test/harness"
+	"github.com/tabcast/tabcast/test/viewer"
+)
+
+const animPage = `<!doctype html><title>bench</title><style>html,body{margin:0;height:100%;overflow:hidden}
+#b{position:absolute;top:35%;width:240px;height:240px;background:#fc0;border-radius:20px}
+#n{font:72px monospace;color:#fff;position:absolute;top:20px;left:20px}</style>
+<body><div id=b></div><div id=n></div><script>
+let i=0;function f(){i++;document.body.style.background='hsl('+(i*3%360)+',55%,32%)';
+document.getElementById('b').style.left=(i*6%1040)+'px';document.getElementById('n').textContent='frame '+i;requestAnimationFrame(f)}f();
+</script>`
+
+type codecResult struct {
+	Codec           string  `json:"codec"`
+	Encoder         string  `json:"encoder"`
+	DeliveredFPS    float64 `json:"deliveredFps"`
+	FirstFrameMs    float64 `json:"firstFrameMs"`
+	BitrateKbps     float64 `json:"bitrateKbps"`
+	FrameAgeP50Ms   float64 `json:"frameAgeP50Ms"`
+	FrameAgeP95Ms   float64 `json:"frameAgeP95Ms"`
+	EncodeP50Ms     float64 `json:"encodeP50Ms"`
+	EncodeP95Ms     float64 `json:"encodeP95Ms"`
+	CoreCPUPercent  float64 `json:"corePluginsCpuPercentOfOneCore"`
+	ChromiumCPU     float64 `json:"chromiumCpuPercentOfOneCore"`
+	CoreRSSMB       float64 `json:"corePluginsRssMB"`
+	ChromiumRSSMB   float64 `json:"chromiumRssMB"`
+	OwnMsPerFrame   float64 `json:"ownEncodeCpuMsPerFrame,omitempty"`
+	CLIMsPerFrame   float64 `json:"ffmpegCliCpuMsPerFrame,omitempty"`
+	OwnToCLIPercent float64 `json:"ownToCliPercent,omitempty"`
+}
+
+type report struct {
+	Name      string        `json:"name"`
+	When      time.Time     `json:"when"`
+	Machine   string        `json:"machine"`
+	Size      string        `json:"size"`
+	TargetFPS int           `json:"targetFps"`
+	Duration  string        `json:"duration"`
+	Codecs    []codecResult `json:"codecs"`
+}
+
+func main() {
+	name := flag.String("name", "media-720p", "result name: bench/results/<name>.json")
+	dur := flag.Duration("for", 10*time.Second, "how long each codec is watched")
+	flag.Parse()
+	if err := run(*name, *dur); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(name string, dur time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, animPage) }))
+	defer page.Close()
+	tmp, err := os.MkdirTemp("", "tabcast-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	rep := report{Name: name, When: time.Now().UTC(), Machine: fmt.Sprintf("%s/%s, %d cores", runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
+		Size: "1280x720", TargetFPS: 24, Duration: dur.String()}
+	a, err := harness.Start(ctx, tmp, "browser.startURL="+page.URL, "video.fps=24", "video.bitrateKbps=2500")
+	if err != nil {
+		return err
+	}
+	defer a.Stop(15 * time.Second)
+	sess, err := a.DefaultSession(ctx)
+	if err != nil {
+		return err
+	}
+	for _, codec := range []string{"vp8", "h264"} {
+		r, err := watch(ctx, a, sess.ID, codec, dur)
+		if err != nil {
+			return fmt.Errorf("%s: %w", codec, err)
+		}
+		rep.Codecs = append(rep.Codecs, r)
+	}
+	if err := cliBaseline(ctx, page.URL, rep.Codecs); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: ffmpeg CLI baseline:", err)
+	}
+	printReport(rep)
+	out := filepath.Join("bench", "results", name+".json")
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("written:", out)
+	return nil
+}
+
+// watch runs one Go viewer for dur and samples the process tree meanwhile.
+func watch(ctx context.Context, a *harness.Appliance, id, codec string, dur time.Duration) (codecResult, error) {
+	res := codecResult{Codec: codec}
+	var (
+		mu         sync.Mutex
+		firstAt    time.Time
+		before     groups
+		beforeTime time.Time
+	)
+	onFrame := func(f viewer.Frame) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstAt.IsZero() {
+			// Measure from the first frame: connection set-up is not steady state.
+			firstAt = f.Arrived
+			before, beforeTime = sampleTree(a.Cmd.Process.Pid), time.Now()
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
+	defer cancel()
+	var peakCore, peakChromium int64
+	stopPeak := make(chan struct{})
+	peakDone := make(chan struct{})
+	go func() {
+		defer close(peakDone)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopPeak:
+				return
+			case <-t.C:
+				g := sampleTree(a.Cmd.Process.Pid)
+				peakCore, peakChromium = max(peakCore, g.core.rss), max(peakChromium, g.chromium.rss)
+			}
+		}
+	}()
+	r, err := viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, SessionID: id, Codec: codec, For: dur, OnFrame: onFrame})
+	after, afterTime := sampleTree(a.Cmd.Process.Pid), time.Now()
+	close(stopPeak)
+	<-peakDone
+	if err != nil {
+		return res, err
+	}
+	mu.Lock()
+	wall := afterTime.Sub(beforeTime)
+	mu.Unlock()
+	res.DeliveredFPS = float64(r.Frames-1) / dur.Seconds()
+	res.FirstFrameMs = float64(r.FirstFrame.Microseconds()) / 1000
+	res.BitrateKbps = float64(r.Bytes) * 8 / dur.Seconds() / 1000
+	res.CoreCPUPercent = 100 * (after.core.cpu - before.core.cpu).Seconds() / wall.Seconds()
+	res.ChromiumCPU = 100 * (after.chromium.cpu - before.chromium.cpu).Seconds() / wall.Seconds()
+	res.CoreRSSMB = float64(peakCore) / (1 << 20)
+	res.ChromiumRSSMB = float64(peakChromium) / (1 << 20)
+
+	// The pipeline's own figures, read while it still runs would include
+	// the other codec; read them from the snapshot taken right after.
+	var snap struct {
+		Session harness.SessionSnapshot `json:"session"`
+	}
+	if err := a.Do(ctx, http.MethodGet, "/api/v1/sessions/"+id, "", &snap); err == nil {
+		for _, p := range snap.Session.Pipelines {
+			if p.Codec == codec {
+				res.Encoder = p.Encoder
+				res.FrameAgeP50Ms, res.FrameAgeP95Ms = p.FrameAge.P50, p.FrameAge.P95
+				res.EncodeP50Ms, res.EncodeP95Ms = p.EncodeDuration.P50, p.EncodeDuration.P95
+			}
+		}
+	}
+	return res, nil
+}
+
+func printReport(r report) {
+	fmt.Printf("\nTabcast media bench — %s, %s, target %d fps, %s per codec (%s)\n\n", r.Size, r.Machine, r.TargetFPS, r.Duration, r.When.Format(time.RFC3339))
+	row := func(label string, f func(codecResult) string) {
+		fmt.Printf("  %-44s", label)
+		for _, c := range r.Codecs {
+			fmt.Printf(" %16s", f(c))
+		}
+		fmt.Println()
+	}
+	row("", func(c codecResult) string { return c.Codec })
+	row("encoder", func(c codecResult) string { return c.Encoder })
+	f1 := func(v float64) string { return fmt.Sprintf("%.1f", v) }
+	row("delivered fps at the viewer", func(c codecResult) string { return f1(c.DeliveredFPS) })
+	row("first frame after dial (ms)", func(c codecResult) string { return f1(c.FirstFrameMs) })
+	row("bitrate at the viewer (kbit/s)", func(c codecResult) string { return fmt.Sprintf("%.0f", c.BitrateKbps) })
+	row("frame age capture→sent p50 / p95 (ms)", func(c codecResult) string { return f1(c.FrameAgeP50Ms) + " / " + f1(c.FrameAgeP95Ms) })
+	row("encode ms/frame p50 / p95 (wall)", func(c codecResult) string { return f1(c.EncodeP50Ms) + " / " + f1(c.EncodeP95Ms) })
+	row("CPU % of one core: core+plugins", func(c codecResult) string { return f1(c.CoreCPUPercent) })
+	row("CPU % of one core: Chromium", func(c codecResult) string { return f1(c.ChromiumCPU) })
+	row("peak RSS MB: core+plugins", func(c codecResult) string { return f1(c.CoreRSSMB) })
+	row("peak RSS MB: Chromium", func(c codecResult) string { return f1(c.ChromiumRSSMB) })
+	row("encode CPU ms/frame: ours (in-process)", func(c codecResult) string { return fmt.Sprintf("%.2f", c.OwnMsPerFrame) })
+	row("encode CPU ms/frame: ffmpeg CLI baseline", func(c codecResult) string { return fmt.Sprintf("%.2f", c.CLIMsPerFrame) })
+	row("ours / CLI (%)", func(c codecResult) string { return fmt.Sprintf("%.0f", c.OwnToCLIPercent) })
+	fmt.Println()
+}
