@@ -1,0 +1,345 @@
+// Package ffenc is the encoder-ffmpeg plugin: screencast JPEGs decoded with
+// libavcodec's mjpeg decoder, converted with swscale when needed, and
+// encoded to H.264 (libx264, or h264_vaapi / h264_nvenc when a start-up
+// probe found them working) or VP8 (libvpx), through go-astiav.
+package ffenc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asticode/go-astiav"
+	"github.com/tabcast/tabcast/plugins/base"
+	"github.com/tabcast/tabcast/plugins/encoder"
+)
+
+// Plugin identity.
+const (
+	Name    = "encoder-ffmpeg"
+	Version = "0.1.0"
+)
+
+// Defaults for OpenParams left at zero.
+const (
+	DefaultFPS              = 24
+	DefaultBitrateKbps      = 2500
+	DefaultKeyframeInterval = 2 * time.Second
+)
+
+// Plugin implements encoder.Encoder.
+type Plugin struct {
+	log *slog.Logger
+	// renderNodes is the glob of VAAPI render nodes (a field for tests).
+	renderNodes string
+
+	mu      sync.Mutex
+	cfg     Config
+	streams map[*stream]struct{}
+	down    bool
+
+	probeOnce sync.Once
+	probes    []encoder.Probe
+}
+
+var _ encoder.Encoder = (*Plugin)(nil)
+
+// New returns the plugin with the default config. FFmpeg's log is routed
+// to log from here on.
+func New(log *slog.Logger) *Plugin {
+	installFFmpegLog(log)
+	return &Plugin{
+		log:         log,
+		renderNodes: "/dev/dri/renderD*",
+		cfg:         DefaultConfig(),
+		streams:     map[*stream]struct{}{},
+	}
+}
+
+func (p *Plugin) Info(ctx context.Context) (base.Info, error) {
+	caps := map[string]string{}
+	for _, pr := range p.probeResults() {
+		if pr.OK {
+			caps[pr.Encoder] = "ok"
+		} else {
+			caps[pr.Encoder] = pr.Error
+		}
+	}
+	return base.Info{Name: Name, Version: Version, Kind: "encoder", APIVersion: 1, Capabilities: caps}, nil
+}
+
+func (p *Plugin) ConfigSchema(context.Context) (base.Schema, error) {
+	return base.Schema{JSONSchema: []byte(configJSONSchema), DefaultsJSON: []byte(configDefaultsJSON)}, nil
+}
+
+// SetConfig replaces the config; streams opened before keep theirs.
+func (p *Plugin) SetConfig(_ context.Context, configJSON []byte) error {
+	c, err := ParseConfig(configJSON)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.cfg = c
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *Plugin) Ping(context.Context) error { return nil }
+
+// Shutdown closes every open stream and refuses new ones.
+func (p *Plugin) Shutdown(context.Context) error {
+	p.mu.Lock()
+	p.down = true
+	open := make([]*stream, 0, len(p.streams))
+	for s := range p.streams {
+		open = append(open, s)
+	}
+	p.mu.Unlock()
+	for _, s := range open {
+		_ = s.Close()
+	}
+	return nil
+}
+
+// OpenStreams is the number of streams not closed yet.
+func (p *Plugin) OpenStreams() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.streams)
+}
+
+func (p *Plugin) Capabilities(context.Context) ([]encoder.Probe, error) {
+	return p.probeResults(), nil
+}
+
+// probeResults returns the probe results, probing on the first call.
+func (p *Plugin) probeResults() []encoder.Probe {
+	p.probeOnce.Do(p.probe)
+	return append([]encoder.Probe(nil), p.probes...)
+}
+
+func openFailed(format string, args ...any) error {
+	return &encoder.Error{Code: "open_failed", Message: fmt.Sprintf(format, args...)}
+}
+
+func badRequest(format string, args ...any) error {
+	return &encoder.Error{Code: "bad_request", Message: fmt.Sprintf(format, args...)}
+}
+
+// Open opens a stream. Zero FPS, bitrate and keyframe interval take the
+// defaults; an empty Hardware takes the config's.
+func (p *Plugin) Open(ctx context.Context, op encoder.OpenParams) (encoder.Stream, error) {
+	p.mu.Lock()
+	cfg, down := p.cfg, p.down
+	p.mu.Unlock()
+	if down {
+		return nil, openFailed("plugin shut down")
+	}
+	op, set, err := settingsFor(op, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if set.encoder, set.device, err = p.pick(op.Codec, op.Hardware); err != nil {
+		return nil, err
+	}
+	s, err := newStream(p.log, set, op.KeyframeInterval)
+	if err != nil && op.Hardware == HardwareAuto && set.hardware() {
+		// The probe passed but this open did not (a busy or lost device):
+		// auto means software will do.
+		p.log.Warn("hardware encoder failed to open, using libx264", "encoder", set.encoder, "error", err)
+		set.encoder, set.device = EncoderX264, ""
+		s, err = newStream(p.log, set, op.KeyframeInterval)
+	}
+	if err != nil {
+		return nil, openFailed("%v", err)
+	}
+	s.onDone = func() {
+		p.mu.Lock()
+		delete(p.streams, s)
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	if p.down {
+		p.mu.Unlock()
+		_ = s.Close()
+		return nil, openFailed("plugin shut down")
+	}
+	p.streams[s] = struct{}{}
+	p.mu.Unlock()
+	s.closeWith(ctx)
+	p.log.Info("stream opened", "encoder", set.encoder, "size", fmt.Sprintf("%dx%d", set.width, set.height),
+		"fps", set.fps, "bitrateKbps", set.bitrateKbps, "keyint", set.keyint)
+	return s, nil
+}
+
+// settingsFor applies the defaults to op, validates it and returns the
+// software encoder settings for it (pick may swap in hardware).
+func settingsFor(op encoder.OpenParams, cfg Config) (encoder.OpenParams, settings, error) {
+	if op.FPS == 0 {
+		op.FPS = DefaultFPS
+	}
+	if op.BitrateKbps == 0 {
+		op.BitrateKbps = DefaultBitrateKbps
+	}
+	if op.KeyframeInterval == 0 {
+		op.KeyframeInterval = DefaultKeyframeInterval
+	}
+	if op.Hardware == "" {
+		op.Hardware = cfg.Hardware
+	}
+	switch {
+	case op.Codec != encoder.CodecH264 && op.Codec != encoder.CodecVP8:
+		return op, settings{}, badRequest("codec %q is not h264 or vp8", op.Codec)
+	case op.Width < 16 || op.Height < 16 || op.Width > 4096 || op.Height > 4096 || op.Width%2 != 0 || op.Height%2 != 0:
+		return op, settings{}, badRequest("size %dx%d: want even sides in [16, 4096]", op.Width, op.Height)
+	case op.FPS < MinFPS || op.FPS > MaxFPS:
+		return op, settings{}, badRequest("fps %d not in [%d, %d]", op.FPS, MinFPS, MaxFPS)
+	case op.BitrateKbps < MinBitrateKbps || op.BitrateKbps > MaxBitrateKbps:
+		return op, settings{}, badRequest("bitrate %d kbps not in [%d, %d]", op.BitrateKbps, MinBitrateKbps, MaxBitrateKbps)
+	case op.KeyframeInterval < 100*time.Millisecond || op.KeyframeInterval > time.Minute:
+		return op, settings{}, badRequest("keyframe interval %v not in [100ms, 1m]", op.KeyframeInterval)
+	}
+	set := settings{
+		encoder: EncoderX264, width: op.Width, height: op.Height, fps: op.FPS, bitrateKbps: op.BitrateKbps,
+		keyint: keyint(op.FPS, op.KeyframeInterval), threads: cfg.Threads,
+		h264Preset: cfg.H264Preset, vp8CPUUsed: cfg.VP8CPUUsed,
+	}
+	if op.Codec == encoder.CodecVP8 {
+		set.encoder = EncoderVPX
+	}
+	return op, set, nil
+}
+
+// pick chooses the encoder (and VAAPI device) for a codec and hardware mode.
+func (p *Plugin) pick(codec, hw string) (name, device string, err error) {
+	switch hw {
+	case HardwareAuto, HardwareOff, HardwareVAAPI, HardwareNVENC:
+	default:
+		return "", "", badRequest("hardware %q is not one of auto, off, vaapi, nvenc", hw)
+	}
+	if codec == encoder.CodecVP8 {
+		if hw == HardwareVAAPI || hw == HardwareNVENC {
+			return "", "", openFailed("no %s encoder for vp8", hw)
+		}
+		return EncoderVPX, "", nil
+	}
+	if hw == HardwareOff {
+		return EncoderX264, "", nil
+	}
+	want := map[string]string{HardwareVAAPI: EncoderVAAPI, HardwareNVENC: EncoderNVENC}[hw]
+	for _, pr := range p.probeResults() {
+		if !pr.Hardware || (want != "" && pr.Encoder != want) {
+			continue
+		}
+		if pr.OK {
+			return pr.Encoder, p.device(pr.Encoder), nil
+		}
+		if want != "" {
+			return "", "", openFailed("%s unavailable: %s", want, pr.Error)
+		}
+	}
+	if want != "" {
+		return "", "", openFailed("%s was not probed", want)
+	}
+	return EncoderX264, "", nil
+}
+
+func (p *Plugin) device(name string) string {
+	if name != EncoderVAAPI {
+		return ""
+	}
+	nodes, _ := filepath.Glob(p.renderNodes)
+	if len(nodes) == 0 {
+		return ""
+	}
+	return nodes[0]
+}
+
+// probe tries every encoder for real, once: hardware first (the order auto
+// prefers), then the software fallbacks.
+func (p *Plugin) probe() {
+	ps := []encoder.Probe{
+		p.probeOne(EncoderVAAPI, true),
+		p.probeOne(EncoderNVENC, true),
+		p.probeOne(EncoderX264, false),
+		p.probeOne(EncoderVPX, false),
+	}
+	for _, pr := range ps {
+		if pr.OK {
+			p.log.Info("encoder probe ok", "encoder", pr.Encoder, "duration", pr.Duration)
+		} else {
+			p.log.Warn("encoder unavailable", "encoder", pr.Encoder, "error", pr.Error, "duration", pr.Duration)
+		}
+	}
+	p.probes = ps
+}
+
+func (p *Plugin) probeOne(name string, hw bool) encoder.Probe {
+	set := settings{
+		encoder: name, width: 320, height: 240, fps: 24, bitrateKbps: 500, keyint: 48,
+		threads: 1, h264Preset: "ultrafast", vp8CPUUsed: -8,
+	}
+	pr := encoder.Probe{Encoder: name, Codec: set.codec(), Hardware: hw}
+	start := time.Now()
+	if name == EncoderVAAPI {
+		if set.device = p.device(name); set.device == "" {
+			pr.Error = "no VAAPI render node (" + p.renderNodes + ")"
+			pr.Duration = time.Since(start)
+			return pr
+		}
+	}
+	var err error
+	lines := collectFFmpegLog(func() { err = encodeOneFrame(set) })
+	if err != nil {
+		msg := err.Error()
+		if len(lines) > 0 {
+			msg += "; ffmpeg: " + strings.Join(lines, " | ")
+		}
+		if len(msg) > 600 {
+			msg = msg[:600] + "…"
+		}
+		pr.Error = msg
+	} else {
+		pr.OK = true
+	}
+	pr.Duration = time.Since(start)
+	return pr
+}
+
+// encodeOneFrame opens the encoder and encodes one grey frame, flushing
+// until a packet comes out.
+func encodeOneFrame(set settings) error {
+	enc, _, err := openEncoder(set)
+	if err != nil {
+		return err
+	}
+	defer enc.close()
+	f := astiav.AllocFrame()
+	defer f.Free()
+	f.SetWidth(set.width)
+	f.SetHeight(set.height)
+	f.SetPixelFormat(set.pixelFormat())
+	if err := f.AllocBuffer(0); err != nil {
+		return fmt.Errorf("allocating a frame: %w", err)
+	}
+	if err := f.ImageFillBlack(); err != nil {
+		return fmt.Errorf("filling a frame: %w", err)
+	}
+	packets := 0
+	emit := func([]byte, bool) { packets++ }
+	if err := enc.encode(f, 0, true, emit); err != nil {
+		return err
+	}
+	if err := enc.encode(nil, 0, false, emit); err != nil {
+		return err
+	}
+	if packets == 0 {
+		return errors.New("no packet out of one frame")
+	}
+	return nil
+}
