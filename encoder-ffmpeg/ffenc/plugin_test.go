@@ -206,16 +206,27 @@ func TestRSSFlat(t *testing.T) {
 		}
 	}
 	end := rss(t)
-	t.Logf("RSS %d KiB after 300 frames, %d KiB after 3000 (%+d KiB), %v", warm, end, end-warm, time.Since(start).Round(time.Millisecond))
+	t.Logf("RSS %d KiB after 300 frames, %d KiB after 3000 (%+d KiB), %v; %s", warm, end, end-warm, time.Since(start).Round(time.Millisecond), threads())
 	if end-warm > 10<<10 {
 		t.Fatalf("RSS grew %d KiB over 2700 frames", end-warm)
 	}
+}
+
+func threads() string {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Threads:") {
+			return l
+		}
+	}
+	return ""
 }
 
 // rss is VmRSS in KiB after a full GC.
 func rss(t *testing.T) int64 {
 	runtime.GC()
 	debug.FreeOSMemory()
+	trimHeap()
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		t.Fatal(err)
