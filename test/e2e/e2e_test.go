@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -161,6 +162,15 @@ func TestPanelPlaysLiveVideo(t *testing.T) {
 			}
 			if len(size) != 2 || size[0] != 1280 || size[1] != 720 {
 				t.Errorf("%s: video is %v, want 1280x720", codec, size)
+			}
+			if dir := os.Getenv("TABCAST_SCREENSHOT_DIR"); dir != "" {
+				png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dir, "panel-"+codec+".png"), png, 0o644)
+				}
+				if err != nil {
+					t.Errorf("screenshot: %v", err)
+				}
 			}
 			if shown, err := waitEval(bctx, `(document.querySelector('[data-testid="stat-codec"]')||{}).textContent||""`, func(s string) bool { return strings.Contains(strings.ToLower(s), codec) }, 5*time.Second); err != nil {
 				t.Errorf("stats do not show codec %s: %v (%q)", codec, err, shown)
