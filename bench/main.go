@@ -41,8 +41,8 @@ type codecResult struct {
 	EncodeP95Ms     float64 `json:"encodeP95Ms"`
 	CoreCPUPercent  float64 `json:"corePluginsCpuPercentOfOneCore"`
 	ChromiumCPU     float64 `json:"chromiumCpuPercentOfOneCore"`
-	CoreRSSMB       float64 `json:"corePluginsRssMB"`
-	ChromiumRSSMB   float64 `json:"chromiumRssMB"`
+	CoreMemMB       float64 `json:"corePluginsPeakPssMB"`
+	ChromiumMemMB   float64 `json:"chromiumPeakPssMB"`
 	OwnMsPerFrame   float64 `json:"ownEncodeCpuMsPerFrame,omitempty"`
 	CLIMsPerFrame   float64 `json:"ffmpegCliCpuMsPerFrame,omitempty"`
 	OwnToCLIPercent float64 `json:"ownToCliPercent,omitempty"`
@@ -119,6 +119,14 @@ func watch(ctx context.Context, a *harness.Appliance, id, codec string, dur time
 		before     groups
 		beforeTime time.Time
 	)
+	// The pipeline's own figures (frame age, encode time) are read from the
+	// session snapshot shortly before the viewer leaves: the pipeline stops
+	// with its last viewer.
+	snapDone := make(chan struct{})
+	var snap struct {
+		Session harness.SessionSnapshot `json:"session"`
+	}
+	var snapErr error
 	onFrame := func(f viewer.Frame) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -126,6 +134,10 @@ func watch(ctx context.Context, a *harness.Appliance, id, codec string, dur time
 			// Measure from the first frame: connection set-up is not steady state.
 			firstAt = f.Arrived
 			before, beforeTime = sampleTree(a.Cmd.Process.Pid), time.Now()
+			time.AfterFunc(dur-500*time.Millisecond, func() {
+				defer close(snapDone)
+				snapErr = a.Do(ctx, http.MethodGet, "/api/v1/sessions/"+id, "", &snap)
+			})
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
@@ -143,7 +155,7 @@ func watch(ctx context.Context, a *harness.Appliance, id, codec string, dur time
 				return
 			case <-t.C:
 				g := sampleTree(a.Cmd.Process.Pid)
-				peakCore, peakChromium = max(peakCore, g.core.rss), max(peakChromium, g.chromium.rss)
+				peakCore, peakChromium = max(peakCore, g.core.pss), max(peakChromium, g.chromium.pss)
 			}
 		}
 	}()
@@ -162,21 +174,18 @@ func watch(ctx context.Context, a *harness.Appliance, id, codec string, dur time
 	res.BitrateKbps = float64(r.Bytes) * 8 / dur.Seconds() / 1000
 	res.CoreCPUPercent = 100 * (after.core.cpu - before.core.cpu).Seconds() / wall.Seconds()
 	res.ChromiumCPU = 100 * (after.chromium.cpu - before.chromium.cpu).Seconds() / wall.Seconds()
-	res.CoreRSSMB = float64(peakCore) / (1 << 20)
-	res.ChromiumRSSMB = float64(peakChromium) / (1 << 20)
+	res.CoreMemMB = float64(peakCore) / (1 << 20)
+	res.ChromiumMemMB = float64(peakChromium) / (1 << 20)
 
-	// The pipeline's own figures, read while it still runs would include
-	// the other codec; read them from the snapshot taken right after.
-	var snap struct {
-		Session harness.SessionSnapshot `json:"session"`
+	<-snapDone
+	if snapErr != nil {
+		return res, fmt.Errorf("session snapshot: %w", snapErr)
 	}
-	if err := a.Do(ctx, http.MethodGet, "/api/v1/sessions/"+id, "", &snap); err == nil {
-		for _, p := range snap.Session.Pipelines {
-			if p.Codec == codec {
-				res.Encoder = p.Encoder
-				res.FrameAgeP50Ms, res.FrameAgeP95Ms = p.FrameAge.P50, p.FrameAge.P95
-				res.EncodeP50Ms, res.EncodeP95Ms = p.EncodeDuration.P50, p.EncodeDuration.P95
-			}
+	for _, p := range snap.Session.Pipelines {
+		if p.Codec == codec {
+			res.Encoder = p.Encoder
+			res.FrameAgeP50Ms, res.FrameAgeP95Ms = p.FrameAge.P50, p.FrameAge.P95
+			res.EncodeP50Ms, res.EncodeP95Ms = p.EncodeDuration.P50, p.EncodeDuration.P95
 		}
 	}
 	return res, nil
@@ -201,8 +210,8 @@ func printReport(r report) {
 	row("encode ms/frame p50 / p95 (wall)", func(c codecResult) string { return f1(c.EncodeP50Ms) + " / " + f1(c.EncodeP95Ms) })
 	row("CPU % of one core: core+plugins", func(c codecResult) string { return f1(c.CoreCPUPercent) })
 	row("CPU % of one core: Chromium", func(c codecResult) string { return f1(c.ChromiumCPU) })
-	row("peak RSS MB: core+plugins", func(c codecResult) string { return f1(c.CoreRSSMB) })
-	row("peak RSS MB: Chromium", func(c codecResult) string { return f1(c.ChromiumRSSMB) })
+	row("peak memory (PSS) MB: core+plugins", func(c codecResult) string { return f1(c.CoreMemMB) })
+	row("peak memory (PSS) MB: Chromium", func(c codecResult) string { return f1(c.ChromiumMemMB) })
 	row("encode CPU ms/frame: ours (in-process)", func(c codecResult) string { return fmt.Sprintf("%.2f", c.OwnMsPerFrame) })
 	row("encode CPU ms/frame: ffmpeg CLI baseline", func(c codecResult) string { return fmt.Sprintf("%.2f", c.CLIMsPerFrame) })
 	row("ours / CLI (%)", func(c codecResult) string { return fmt.Sprintf("%.0f", c.OwnToCLIPercent) })

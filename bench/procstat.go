@@ -14,7 +14,25 @@ const clockTicks = 100
 
 type procSample struct {
 	cpu time.Duration
-	rss int64 // bytes
+	// pss is the proportional set size in bytes: shared pages (Chromium's
+	// many processes, FFmpeg's libraries) are split among their users, so
+	// sums over processes are not inflated the way RSS sums are.
+	pss int64
+}
+
+func readPSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "Pss:" {
+			var kb int64
+			fmt.Sscan(f[1], &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 func readProc(pid int) (procSample, string, bool) {
@@ -32,14 +50,10 @@ func readProc(pid int) (procSample, string, bool) {
 	if len(f) < 22 {
 		return procSample{}, "", false
 	}
-	var ut, st, rssPages int64
+	var ut, st int64
 	fmt.Sscan(f[11], &ut)
 	fmt.Sscan(f[12], &st)
-	fmt.Sscan(f[21], &rssPages)
-	return procSample{
-		cpu: time.Duration(ut+st) * time.Second / clockTicks,
-		rss: rssPages * int64(os.Getpagesize()),
-	}, comm, true
+	return procSample{cpu: time.Duration(ut+st) * time.Second / clockTicks, pss: readPSS(pid)}, comm, true
 }
 
 // groups splits the appliance's process tree into core+plugins and
@@ -58,7 +72,7 @@ func sampleTree(root int) groups {
 			dst = &g.chromium
 		}
 		dst.cpu += s.cpu
-		dst.rss += s.rss
+		dst.pss += s.pss
 	}
 	add(root)
 	for _, p := range harness.Descendants(root) {
