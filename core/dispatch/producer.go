@@ -1,0 +1,196 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/tabcast/tabcast/core/action"
+)
+
+// producer is one granted producer id across its generations.
+type producer struct {
+	id, kind, owner string
+	ended           bool
+	gen             *generation // current generation
+	queue           []*item     // FIFO of not-yet-started actions (current generation)
+
+	// Token bucket; kept across generations so a reconnect does not refill it.
+	tokens   float64
+	refilled time.Time
+}
+
+func (p *producer) grant() Producer {
+	return Producer{ID: p.id, Generation: p.gen.n, Kind: p.kind, Owner: p.owner}
+}
+
+// take spends one credit if there is one.
+func (p *producer) take(now time.Time, burst int, rate float64) bool {
+	if el := now.Sub(p.refilled).Seconds(); el > 0 {
+		p.tokens = min(float64(burst), p.tokens+el*rate)
+		p.refilled = now
+	}
+	if p.tokens < 1 {
+		return false
+	}
+	p.tokens--
+	return true
+}
+
+// generation is the state of one (producerId, producerGeneration): its two
+// sequence spaces, its actionId ledger and the input it holds.
+type generation struct {
+	n           uint64
+	ended       bool
+	lastControl uint64 // last accepted controlSeq
+	pointerHW   uint64 // pointerSeq high-water mark
+	ledger      ledger
+	held        held
+	lastSeen    time.Time // last authenticated Submit; drives the watchdog
+}
+
+func newGeneration(n uint64, now time.Time) *generation {
+	return &generation{n: n, lastSeen: now, ledger: ledger{m: make(map[string]*entry)}}
+}
+
+// item is one accepted, not yet finished action.
+type item struct {
+	p       *producer
+	gen     *generation
+	env     Envelope
+	rev     uint64
+	size    int
+	reply   func(Ack)
+	control bool
+	// acceptPending is set until Submit has sent the accepted ack; a final
+	// ack ready before that is parked in deferred and sent by Submit, so it
+	// never overtakes the accepted ack and nobody waits for anybody.
+	acceptPending bool
+	deferred      *Ack
+}
+
+// entry is what the ledger remembers of one accepted control action.
+type entry struct {
+	a     action.Action
+	rev   uint64
+	final *Ack // nil while queued or running
+}
+
+// ledger maps actionIds to results, keeping the most recent ones.
+type ledger struct {
+	m     map[string]*entry
+	order []string // oldest first
+}
+
+func (l *ledger) get(id string) *entry { return l.m[id] }
+
+func (l *ledger) put(id string, e *entry, size int) {
+	l.m[id] = e
+	l.order = append(l.order, id)
+	for len(l.order) > size {
+		delete(l.m, l.order[0])
+		l.order[0] = ""
+		l.order = l.order[1:]
+	}
+}
+
+func (a Ack) clone() Ack {
+	if a.Result != nil {
+		r := *a.Result
+		a.Result = &r
+	}
+	return a
+}
+
+// held is the input a producer generation holds pressed.
+type held struct {
+	keys    []heldKey // press order
+	buttons []string  // press order
+	x, y    float64   // last pointer position
+}
+
+type heldKey struct {
+	id, key, code string
+	modifiers     int
+}
+
+// keyID is how held keys are keyed: by code, else by key.
+func keyID(a action.Action) string {
+	if a.Code != "" {
+		return a.Code
+	}
+	return a.Key
+}
+
+func (h *held) empty() bool { return len(h.keys) == 0 && len(h.buttons) == 0 }
+
+func (h *held) count() int { return len(h.keys) + len(h.buttons) }
+
+func (h *held) hasKey(id string) bool {
+	for _, k := range h.keys {
+		if k.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// note updates the held set after an action ran. mayHave reports whether
+// the action may have taken effect (completed or outcome unknown); surely
+// whether it did (completed). A down counts when it may have happened, an
+// up only when it surely did: a spurious release is harmless, a stuck key
+// is not.
+func (h *held) note(a action.Action, mayHave, surely bool) {
+	if !mayHave {
+		return
+	}
+	if a.UsesCoordinates() {
+		h.x, h.y = a.X, a.Y
+	}
+	switch a.Kind {
+	case action.KeyDown:
+		if id := keyID(a); !h.hasKey(id) {
+			h.keys = append(h.keys, heldKey{id: id, key: a.Key, code: a.Code, modifiers: a.Modifiers})
+		}
+	case action.KeyUp:
+		if surely {
+			id := keyID(a)
+			for i, k := range h.keys {
+				if k.id == id {
+					h.keys = append(h.keys[:i], h.keys[i+1:]...)
+					break
+				}
+			}
+		}
+	case action.PointerDown:
+		for _, b := range h.buttons {
+			if b == a.Button {
+				return
+			}
+		}
+		h.buttons = append(h.buttons, a.Button)
+	case action.PointerUp:
+		if surely {
+			for i, b := range h.buttons {
+				if b == a.Button {
+					h.buttons = append(h.buttons[:i], h.buttons[i+1:]...)
+					break
+				}
+			}
+		}
+	}
+}
+
+// releases returns the actions that lift everything held — buttons at the
+// last position, then keys, each in reverse press order — and clears the
+// set.
+func (h *held) releases() []action.Action {
+	var out []action.Action
+	for i := len(h.buttons) - 1; i >= 0; i-- {
+		out = append(out, action.Action{Kind: action.PointerUp, X: h.x, Y: h.y, Button: h.buttons[i]})
+	}
+	for i := len(h.keys) - 1; i >= 0; i-- {
+		k := h.keys[i]
+		out = append(out, action.Action{Kind: action.KeyUp, Key: k.key, Code: k.code, Modifiers: k.modifiers})
+	}
+	h.keys, h.buttons = nil, nil
+	return out
+}
