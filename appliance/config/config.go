@@ -31,7 +31,21 @@ type Config struct {
 	Sessions Sessions `koanf:"sessions"`
 	Video    Video    `koanf:"video"`
 	WebRTC   WebRTC   `koanf:"webrtc"`
+	Input    Input    `koanf:"input"`
 	Plugins  Plugins  `koanf:"plugins"`
+}
+
+// Input is the policy the appliance enforces on human and agent input.
+type Input struct {
+	BlockedShortcuts   []string `koanf:"blockedShortcuts"`
+	AllowRightClick    bool     `koanf:"allowRightClick"`
+	AllowSchemes       []string `koanf:"allowSchemes"`
+	AllowHosts         []string `koanf:"allowHosts"`
+	DenyHosts          []string `koanf:"denyHosts"`
+	DenyPrivate        bool     `koanf:"denyPrivate"`
+	AllowLoopbackHosts []string `koanf:"allowLoopbackHosts"`
+	MaxTextBytes       int      `koanf:"maxTextBytes"`
+	MaxClipboardBytes  int      `koanf:"maxClipboardBytes"`
 }
 
 // Server is the HTTP listener.
@@ -160,6 +174,11 @@ func fillNil(c *Config) {
 	}
 	if c.WebRTC.Interfaces == nil {
 		c.WebRTC.Interfaces = []string{}
+	}
+	for _, l := range []*[]string{&c.Input.BlockedShortcuts, &c.Input.AllowSchemes, &c.Input.AllowHosts, &c.Input.DenyHosts, &c.Input.AllowLoopbackHosts} {
+		if *l == nil {
+			*l = []string{}
+		}
 	}
 	if c.Plugins.SHA256 == nil {
 		c.Plugins.SHA256 = map[string]string{}

@@ -50,6 +50,12 @@ func wantDefaults() *Config {
 			Hardware:         "auto",
 		},
 		WebRTC: WebRTC{UDPPort: 0, Interfaces: []string{}},
+		Input: Input{
+			BlockedShortcuts: []string{"Ctrl+O", "Ctrl+S", "Ctrl+P", "Ctrl+Shift+I", "F12"},
+			AllowRightClick:  true, AllowSchemes: []string{"http", "https"},
+			AllowHosts: []string{}, DenyHosts: []string{}, DenyPrivate: true, AllowLoopbackHosts: []string{},
+			MaxTextBytes: 1 << 20, MaxClipboardBytes: 1 << 20,
+		},
 		Plugins: Plugins{
 			Dir:          "",
 			Capture:      "capture-cdp",

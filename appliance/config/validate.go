@@ -71,6 +71,8 @@ func (c *checker) name(path, v string) {
 }
 
 // validate checks ranges, enums and formats of the merged configuration.
+var schemeRE = regexp.MustCompile(`^[a-z][a-z0-9+.-]{0,31}$`)
+
 func validate(cfg *Config, origin func(string) string) []error {
 	c := &checker{origin: origin}
 
@@ -108,6 +110,27 @@ func validate(cfg *Config, origin func(string) string) []error {
 			c.fail(fmt.Sprintf("webrtc.interfaces[%d]", i), "invalid interface name %q", name)
 		}
 	}
+
+	in := cfg.Input
+	for i, sc := range in.BlockedShortcuts {
+		if strings.TrimSpace(sc) == "" || len(sc) > 64 {
+			c.fail(fmt.Sprintf("input.blockedShortcuts[%d]", i), "invalid shortcut %q", sc)
+		}
+	}
+	for i, sc := range in.AllowSchemes {
+		if !schemeRE.MatchString(sc) {
+			c.fail(fmt.Sprintf("input.allowSchemes[%d]", i), "invalid scheme %q", sc)
+		}
+	}
+	for key, l := range map[string][]string{"input.allowHosts": in.AllowHosts, "input.denyHosts": in.DenyHosts, "input.allowLoopbackHosts": in.AllowLoopbackHosts} {
+		for i, h := range l {
+			if strings.TrimSpace(h) == "" || strings.ContainsAny(h, " /,") && !strings.Contains(h, "/") {
+				c.fail(fmt.Sprintf("%s[%d]", key, i), "invalid host %q", h)
+			}
+		}
+	}
+	c.intRange("input.maxTextBytes", in.MaxTextBytes, 1, 16<<20)
+	c.intRange("input.maxClipboardBytes", in.MaxClipboardBytes, 1, 16<<20)
 
 	p := cfg.Plugins
 	if p.Dir != "" && !filepath.IsAbs(p.Dir) {
