@@ -19,6 +19,7 @@ import (
 	"github.com/tabcast/tabcast/appliance/web"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/httpapi"
+	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/signaling"
@@ -74,6 +75,23 @@ func startPlugin(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Co
 		return nil, fmt.Errorf("plugin %s (%s): %w", name, kind, err)
 	}
 	return h, nil
+}
+
+// inputPolicy is the configured input policy plus the appliance's own
+// address, so that the built-in welcome page stays reachable.
+func inputPolicy(cfg *config.Config, self string) input.Policy {
+	p := input.DefaultPolicy()
+	in := cfg.Input
+	p.BlockedShortcuts = in.BlockedShortcuts
+	p.AllowRightClick = in.AllowRightClick
+	p.AllowSchemes = in.AllowSchemes
+	p.AllowHosts = in.AllowHosts
+	p.DenyHosts = in.DenyHosts
+	p.DenyPrivate = in.DenyPrivate
+	p.AllowLoopbackHosts = append(append([]string{}, in.AllowLoopbackHosts...), self)
+	p.MaxText = in.MaxTextBytes
+	p.MaxClipboard = in.MaxClipboardBytes
+	return p
 }
 
 // appliance is everything `tabcast run` owns, in start order.
@@ -158,6 +176,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			Codec: cfg.Video.Codec, FPS: cfg.Video.FPS, BitrateKbps: cfg.Video.BitrateKbps,
 			KeyframeInterval: cfg.Video.KeyframeInterval, Hardware: cfg.Video.Hardware,
 		},
+		Input:  inputPolicy(cfg, ln.Addr().String()),
 		Logger: log.With("component", "session"),
 	}, a.browser, a.capture, a.encoder, a.codecs)
 	a.signal = signaling.NewHandler(signaling.Options{Sessions: sessionsAdapter{a.sessions}, Peers: a.peers, Logger: log.With("component", "signaling")})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/session"
 )
 
@@ -49,6 +50,21 @@ func writeError(w http.ResponseWriter, status int, e APIError) {
 // fromError maps internal errors to stable codes. The message never carries
 // internal detail (addresses, paths, stacks): that goes to the log.
 func fromError(err error) (int, APIError) {
+	var ae *action.Error
+	if errors.As(err, &ae) {
+		// Policy refusals carry their own stable code and a safe message
+		// (never the refused URL).
+		status := http.StatusConflict
+		switch ae.Code {
+		case action.CodeNavigationBlocked, action.CodeShortcutBlocked, action.CodeNotAllowed:
+			status = http.StatusForbidden
+		case action.CodeInvalidArgument, action.CodeTooLarge:
+			status = http.StatusUnprocessableEntity
+		case action.CodeTimeout, action.CodeOutcomeUnknown:
+			status = http.StatusGatewayTimeout
+		}
+		return status, APIError{Code: ae.Code, Message: ae.Message, Recoverable: status != http.StatusForbidden}
+	}
 	switch {
 	case errors.Is(err, session.ErrNotFound):
 		return http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such session", Hint: "list sessions with GET /api/v1/sessions"}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
 
@@ -47,7 +49,9 @@ type Config struct {
 	MaxSessions   int
 	MaxViewers    int
 	Video         Video
-	Logger        *slog.Logger
+	// Input is the policy every producer's actions obey.
+	Input  input.Policy
+	Logger *slog.Logger
 }
 
 // CreateOptions for one session; zero values take the configured defaults.
@@ -183,15 +187,21 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		m.remove(id)
 		return nil, fmt.Errorf("%w: new page: %v", ErrUnavailable, err)
 	}
+	exec, err := input.New(page, m.cfg.Input, input.Events{
+		OnPageState: s.onPageState, OnDialogOpened: s.onDialogOpened, OnDialogClosed: s.onDialogClosed,
+	}, s.log.With("component", "input"))
+	if err != nil {
+		cancel()
+		_ = page.Close(ctx)
+		m.remove(id)
+		return nil, fmt.Errorf("%w: input: %v", ErrUnavailable, err)
+	}
 	s.mu.Lock()
 	s.page = page
+	s.exec = exec
+	s.disp = dispatch.New(dispatch.Config{Logger: s.log.With("component", "dispatch")}, exec)
 	s.state = StateReady
 	s.mu.Unlock()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.pollPage(sctx)
-	}()
 	s.log.Info("session ready", "width", o.Width, "height", o.Height)
 	return s, nil
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/pion/webrtc/v4"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/plugins/capture"
 )
 
@@ -68,6 +70,10 @@ type Session struct {
 	viewers       int
 	captureCancel context.CancelFunc
 	captureDone   chan struct{}
+
+	exec *input.Executor
+	disp *dispatch.Dispatcher
+	hub  stateHub
 
 	slots     atomic.Pointer[[]*frameSlot]
 	lastFrame atomic.Pointer[capture.Frame]
@@ -246,31 +252,6 @@ func (s *Session) onFrame(f capture.Frame) error {
 	return nil
 }
 
-// pollPage keeps url and title fresh for snapshots.
-func (s *Session) pollPage(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		var out struct {
-			URL   string `json:"url"`
-			Title string `json:"title"`
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := s.page.Evaluate(cctx, `({url: location.href, title: document.title})`, &out)
-		cancel()
-		if err == nil {
-			s.mu.Lock()
-			s.url, s.title = out.URL, out.Title
-			s.mu.Unlock()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // Snapshot is a session's state as the API and panels see it.
 type Snapshot struct {
 	ID             string          `json:"id"`
@@ -284,6 +265,8 @@ type Snapshot struct {
 	CaptureMode    string          `json:"captureMode"`
 	Codecs         []string        `json:"codecs"`
 	Viewers        int             `json:"viewers"`
+	Producers      int             `json:"producers"`
+	PageRevision   uint64          `json:"pageRevision"`
 	FramesCaptured uint64          `json:"framesCaptured"`
 	CaptureDropped uint64          `json:"captureDropped"`
 	BadPluginOut   uint64          `json:"badPluginOutput"`
@@ -298,9 +281,12 @@ func (s *Session) Snapshot() Snapshot {
 	snap := Snapshot{
 		ID: s.id, State: s.state, TerminalReason: s.reason, URL: s.url, Title: s.title,
 		Width: s.width, Height: s.height, CreatedAt: s.created, CaptureMode: "cdp",
-		Codecs: s.m.codecs, Viewers: s.viewers, FramesCaptured: s.framesIn.Load(),
+		Codecs: s.m.codecs, Viewers: s.viewers, Producers: s.hub.count(), FramesCaptured: s.framesIn.Load(),
 		CaptureDropped: s.pluginDropped.Load(), BadPluginOut: s.badPluginOut.Load(),
 		Pipelines: []PipelineStats{},
+	}
+	if s.exec != nil {
+		snap.PageRevision = s.exec.PageRevision()
 	}
 	if e, ok := s.captureErr.Load().(string); ok {
 		snap.CaptureError = e
@@ -313,8 +299,11 @@ func (s *Session) Snapshot() Snapshot {
 	return snap
 }
 
-// Navigate loads url in the session's page.
+// Navigate loads url in the session's page, if the input policy allows it.
 func (s *Session) Navigate(ctx context.Context, url string) error {
+	if err := s.m.cfg.Input.CheckURL(ctx, url); err != nil {
+		return err
+	}
 	if err := s.page.Navigate(ctx, url); err != nil {
 		return fmt.Errorf("navigate: %w", err)
 	}
@@ -338,6 +327,12 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	s.cancel()
 	for _, p := range pipes {
 		<-p.done
+	}
+	if s.disp != nil {
+		s.disp.Close() // releases every producer's held input first
+	}
+	if s.exec != nil {
+		s.exec.Close()
 	}
 	s.wg.Wait()
 	s.mu.Lock()

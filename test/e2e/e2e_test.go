@@ -52,7 +52,8 @@ func startAppliance(t *testing.T, startURL string, sets ...string) *harness.Appl
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	a, err := harness.Start(ctx, t.TempDir(), append([]string{"browser.startURL=" + startURL}, sets...)...)
+	// The fixture pages live on 127.0.0.1, which the default policy refuses.
+	a, err := harness.Start(ctx, t.TempDir(), append([]string{"browser.startURL=" + startURL, "input.allowLoopbackHosts=127.0.0.1"}, sets...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,8 @@ func TestBadRequestsGetStableErrors(t *testing.T) {
 	a := startAppliance(t, p.URL+"/solid?c=336699")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := a.DefaultSession(ctx); err != nil {
+	s, err := a.DefaultSession(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -289,9 +291,13 @@ func TestBadRequestsGetStableErrors(t *testing.T) {
 		{"POST", "/api/v1/sessions", `{"width":"wide"}`, 422, `"code":"invalid_argument"`},
 		{"POST", "/api/v1/sessions", `{"bogus":1}`, 422, `"code":"invalid_argument"`},
 		{"GET", "/api/v1/nothing", "", 404, `"code":"not_found"`},
+		{"POST", "/api/v1/sessions/" + s.ID + "/navigate", `{"url":"http://169.254.169.254/latest/meta-data/"}`, 403, `"code":"navigation_blocked"`},
 	} {
 		err := a.Do(ctx, c.method, c.path, c.body, nil)
 		he, ok := err.(*harness.HTTPError)
+		if ok && strings.Contains(he.Body, "169.254") {
+			t.Errorf("a refused URL was echoed: %s", he.Body)
+		}
 		if !ok || he.Status != c.status || !strings.Contains(he.Body, c.code) || !strings.Contains(he.Body, `"ok":false`) {
 			t.Errorf("%s %s %s: got %v, want %d with %s", c.method, c.path, c.body, err, c.status, c.code)
 		}
