@@ -1,0 +1,182 @@
+package input
+
+import (
+	"context"
+	"strings"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+
+	"github.com/tabcast/tabcast/core/action"
+)
+
+// keyParams is Input.dispatchKeyEvent's params.
+type keyParams struct {
+	Type                  string   `json:"type"`
+	Modifiers             int      `json:"modifiers"`
+	Text                  string   `json:"text,omitempty"`
+	UnmodifiedText        string   `json:"unmodifiedText,omitempty"`
+	Code                  string   `json:"code,omitempty"`
+	Key                   string   `json:"key,omitempty"`
+	WindowsVirtualKeyCode int      `json:"windowsVirtualKeyCode"`
+	NativeVirtualKeyCode  int      `json:"nativeVirtualKeyCode"`
+	AutoRepeat            bool     `json:"autoRepeat"`
+	IsKeypad              bool     `json:"isKeypad"`
+	Location              int      `json:"location,omitempty"`
+	Commands              []string `json:"commands,omitempty"`
+}
+
+var dispatchKey = cdp.Command[keyParams, cdp.Empty]{Method: input.CommandDispatchKeyEvent}
+
+func keyUpParams(ke keyEvent) keyParams {
+	return keyParams{
+		Type: "keyUp", Modifiers: ke.mods, Code: ke.code, Key: ke.key,
+		WindowsVirtualKeyCode: ke.vk, NativeVirtualKeyCode: ke.vk, IsKeypad: ke.keypad, Location: ke.location,
+	}
+}
+
+func keyID(ke keyEvent) string {
+	if ke.code != "" {
+		return "c:" + ke.code
+	}
+	return "k:" + ke.key
+}
+
+// shortcutLetter is the letter a Ctrl/Meta shortcut names: the typed
+// character on any Latin layout, else the physical key (a Cyrillic layout
+// still has Ctrl+C on KeyC).
+func shortcutLetter(ke keyEvent) byte {
+	if len(ke.key) == 1 {
+		if b := ke.key[0] | 0x20; b >= 'a' && b <= 'z' {
+			return b
+		}
+	}
+	if len(ke.code) == 4 && strings.HasPrefix(ke.code, "Key") {
+		return ke.code[3] | 0x20
+	}
+	return 0
+}
+
+// clipboardOp names the clipboard shortcut ke is: copy, cut, paste or "".
+func clipboardOp(ke keyEvent) string {
+	ctrl := ke.mods&(action.ModCtrl|action.ModMeta) != 0
+	shift := ke.mods&action.ModShift != 0
+	if ctrl && ke.mods&action.ModAlt == 0 {
+		switch shortcutLetter(ke) {
+		case 'c':
+			return "copy"
+		case 'x':
+			return "cut"
+		case 'v':
+			return "paste"
+		}
+	}
+	switch {
+	case ke.vk == 45 && ctrl && !shift: // Ctrl+Insert
+		return "copy"
+	case ke.vk == 45 && shift && !ctrl: // Shift+Insert
+		return "paste"
+	case ke.vk == 46 && shift && !ctrl: // Shift+Delete
+		return "cut"
+	}
+	return ""
+}
+
+// editCommands are the editing commands Chromium runs for a shortcut.
+// Linux Chromium maps Ctrl+A/Z/Y itself, but not Cmd (Meta) ones from a
+// Mac viewer; giving the command explicitly makes both work (it replaces
+// the built-in binding, so nothing runs twice).
+func editCommands(ke keyEvent) []string {
+	if ke.mods&(action.ModCtrl|action.ModMeta) == 0 || ke.mods&action.ModAlt != 0 {
+		return nil
+	}
+	shift := ke.mods&action.ModShift != 0
+	switch shortcutLetter(ke) {
+	case 'a':
+		if !shift {
+			return []string{"selectAll"}
+		}
+	case 'z':
+		if shift {
+			return []string{"redo"}
+		}
+		return []string{"undo"}
+	case 'y':
+		if !shift {
+			return []string{"redo"}
+		}
+	}
+	return nil
+}
+
+func (e *Executor) keyDown(ctx context.Context, pid string, a action.Action) (string, error) {
+	ke, err := mapKey(a)
+	if err != nil {
+		return "", action.Errorf(action.CodeInvalidArgument, "%s", err.Error())
+	}
+	for _, sc := range e.pol.shortcuts {
+		if sc.matches(ke.key, ke.code, ke.mods) {
+			return "", action.Errorf(action.CodeShortcutBlocked, "shortcut blocked by policy")
+		}
+	}
+	op := clipboardOp(ke)
+	if op != "" {
+		// Without a virtual key code Chromium finds no Copy/Paste binding and
+		// leaves its process-wide clipboard alone; clipboard.go plays the
+		// page's own clipboard instead.
+		ke.vk = 0
+	}
+	p := keyParams{
+		Type: "rawKeyDown", Modifiers: ke.mods, Code: ke.code, Key: ke.key,
+		WindowsVirtualKeyCode: ke.vk, NativeVirtualKeyCode: ke.vk,
+		AutoRepeat: a.Repeat, IsKeypad: ke.keypad, Location: ke.location,
+		Commands: editCommands(ke),
+	}
+	if ke.text != "" {
+		p.Type, p.Text, p.UnmodifiedText = "keyDown", ke.text, ke.text
+	}
+	h := e.holder(pid)
+	h.keys[keyID(ke)] = ke
+	if _, err := call(ctx, e, dispatchKey, p); err != nil {
+		// A dialog opened by a keydown handler: the key got there.
+		return "", pendingOK(err)
+	}
+	if op == "" {
+		return "", nil
+	}
+	return e.clipboardKey(ctx, op)
+}
+
+func (e *Executor) keyUp(ctx context.Context, pid string, a action.Action) error {
+	ke, err := mapKey(a)
+	if err != nil {
+		return action.Errorf(action.CodeInvalidArgument, "%s", err.Error())
+	}
+	h := e.producers[pid]
+	if h == nil {
+		return nil
+	}
+	id := keyID(ke)
+	down, ok := h.keys[id]
+	if !ok {
+		// Never sent down (blocked, or released already): nothing to lift.
+		return nil
+	}
+	delete(h.keys, id)
+	e.forget(pid)
+	up := keyUpParams(down)
+	up.Modifiers = ke.mods
+	_, err = call(ctx, e, dispatchKey, up)
+	return pendingOK(err)
+}
+
+func (e *Executor) insertText(ctx context.Context, text string) error {
+	if len(text) > e.pol.MaxText {
+		return action.Errorf(action.CodeTooLarge, "text over %d bytes", e.pol.MaxText)
+	}
+	if text == "" {
+		return nil
+	}
+	_, err := call(ctx, e, input.InsertText, input.InsertTextParams{Text: text})
+	return pendingOK(err)
+}

@@ -1,0 +1,244 @@
+package input
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+
+	"github.com/tabcast/tabcast/core/action"
+)
+
+const (
+	doubleClickTime = 500 * time.Millisecond
+	doubleClickDist = 4.0 // CSS px
+	maxWheelDelta   = 10000.0
+)
+
+// Button bits as CDP's buttons field numbers them.
+const (
+	bitLeft   = 1
+	bitRight  = 2
+	bitMiddle = 4
+)
+
+// held is what one producer holds down.
+type held struct {
+	keys    map[string]keyEvent // by code, or key when there is no code
+	buttons int
+	clicks  map[int]int // click count of each held button's press
+}
+
+// click is the last press, for counting multi-clicks.
+type click struct {
+	at     time.Time
+	x, y   float64
+	button int
+	count  int
+}
+
+// mouseEvent is Input.dispatchMouseEvent's params. cdproto's struct omits
+// zero deltas, and Chromium refuses a mouseWheel without both.
+type mouseEvent struct {
+	Type        string  `json:"type"`
+	X           float64 `json:"x"`
+	Y           float64 `json:"y"`
+	Modifiers   int     `json:"modifiers"`
+	Button      string  `json:"button"`
+	Buttons     int     `json:"buttons"`
+	ClickCount  int     `json:"clickCount"`
+	DeltaX      float64 `json:"deltaX"`
+	DeltaY      float64 `json:"deltaY"`
+	PointerType string  `json:"pointerType"`
+}
+
+var dispatchMouse = cdp.Command[mouseEvent, cdp.Empty]{Method: input.CommandDispatchMouseEvent}
+
+func (e *Executor) holder(pid string) *held {
+	h := e.producers[pid]
+	if h == nil {
+		h = &held{keys: map[string]keyEvent{}, clicks: map[int]int{}}
+		e.producers[pid] = h
+	}
+	return h
+}
+
+// forget drops a producer that holds nothing, keeping the map bounded.
+func (e *Executor) forget(pid string) {
+	if h := e.producers[pid]; h != nil && h.buttons == 0 && len(h.keys) == 0 {
+		delete(e.producers, pid)
+	}
+}
+
+// buttonsHeld is the union over producers: the page has one mouse.
+func (e *Executor) buttonsHeld() int {
+	b := 0
+	for _, h := range e.producers {
+		b |= h.buttons
+	}
+	return b
+}
+
+func buttonName(bits int) string {
+	switch {
+	case bits&bitLeft != 0:
+		return "left"
+	case bits&bitRight != 0:
+		return "right"
+	case bits&bitMiddle != 0:
+		return "middle"
+	}
+	return "none"
+}
+
+// mapPoint turns normalized coordinates into CSS pixels of the viewport.
+func (e *Executor) mapPoint(nx, ny float64) (float64, float64, error) {
+	if math.IsNaN(nx) || math.IsNaN(ny) || math.IsInf(nx, 0) || math.IsInf(ny, 0) {
+		return 0, 0, action.Errorf(action.CodeInvalidArgument, "coordinates must be finite")
+	}
+	w, h := e.Viewport()
+	// A drag that leaves the video goes on along its edge.
+	x := math.Min(math.Max(nx, 0), 1) * float64(w)
+	y := math.Min(math.Max(ny, 0), 1) * float64(h)
+	return math.Min(x, float64(w)-1), math.Min(y, float64(h)-1), nil
+}
+
+func (e *Executor) button(name string) (int, error) {
+	switch name {
+	case "", "left":
+		return bitLeft, nil
+	case "right":
+		if !e.pol.AllowRightClick {
+			return 0, action.Errorf(action.CodeNotAllowed, "right click is disabled by policy")
+		}
+		return bitRight, nil
+	case "middle":
+		// Middle click pastes the PRIMARY selection, which Chromium shares
+		// across all its pages: another session's selected text.
+		return 0, action.Errorf(action.CodeNotAllowed, "middle click is not allowed")
+	}
+	return 0, action.Errorf(action.CodeInvalidArgument, "unknown button")
+}
+
+func (e *Executor) pointer(ctx context.Context, pid string, a action.Action) error {
+	x, y, err := e.mapPoint(a.X, a.Y)
+	if err != nil {
+		return err
+	}
+	mods := a.Modifiers & 0xf
+	ev := mouseEvent{X: x, Y: y, Modifiers: mods, PointerType: "mouse"}
+	switch a.Kind {
+	case action.PointerMove:
+		ev.Type = "mouseMoved"
+		ev.Buttons = e.buttonsHeld()
+		ev.Button = buttonName(ev.Buttons)
+
+	case action.Wheel:
+		if math.IsNaN(a.DeltaX) || math.IsNaN(a.DeltaY) || math.IsInf(a.DeltaX, 0) || math.IsInf(a.DeltaY, 0) {
+			return action.Errorf(action.CodeInvalidArgument, "wheel deltas must be finite")
+		}
+		ev.Type = "mouseWheel"
+		ev.Buttons = e.buttonsHeld()
+		ev.Button = "none"
+		ev.DeltaX = math.Max(-maxWheelDelta, math.Min(maxWheelDelta, a.DeltaX))
+		ev.DeltaY = math.Max(-maxWheelDelta, math.Min(maxWheelDelta, a.DeltaY))
+
+	case action.PointerDown:
+		bit, err := e.button(a.Button)
+		if err != nil {
+			return err
+		}
+		count := e.countClick(bit, x, y, a.ClickCount)
+		h := e.holder(pid)
+		h.buttons |= bit
+		h.clicks[bit] = count
+		ev.Type = "mousePressed"
+		ev.Button = buttonName(bit)
+		ev.Buttons = e.buttonsHeld()
+		ev.ClickCount = count
+
+	case action.PointerUp:
+		bit, err := e.button(a.Button)
+		if err != nil {
+			return err
+		}
+		h := e.producers[pid]
+		if h == nil || h.buttons&bit == 0 {
+			return nil // not pressed by this producer (or already released)
+		}
+		h.buttons &^= bit
+		count := h.clicks[bit]
+		delete(h.clicks, bit)
+		if a.ClickCount > 0 {
+			count = min(a.ClickCount, 3)
+		}
+		e.forget(pid)
+		ev.Type = "mouseReleased"
+		ev.Button = buttonName(bit)
+		ev.Buttons = e.buttonsHeld()
+		ev.ClickCount = count
+	}
+	e.pos = [2]float64{x, y}
+	_, err = call(ctx, e, dispatchMouse, ev)
+	return pendingOK(err)
+}
+
+// countClick numbers a press: the client's count when given, else one more
+// than the previous press of the same button within 500 ms and 4 px.
+func (e *Executor) countClick(bit int, x, y float64, given int) int {
+	now := e.now()
+	count := 1
+	switch {
+	case given > 0:
+		count = min(given, 3)
+	case e.last.button == bit && now.Sub(e.last.at) <= doubleClickTime && math.Hypot(x-e.last.x, y-e.last.y) <= doubleClickDist:
+		count = min(e.last.count+1, 3)
+	}
+	e.last = click{at: now, x: x, y: y, button: bit, count: count}
+	return count
+}
+
+// release lifts what producer pid holds. direct skips the dialog guard
+// (Close, when the executor's context is gone).
+func (e *Executor) release(ctx context.Context, pid string, direct bool) error {
+	h := e.producers[pid]
+	if h == nil {
+		return nil
+	}
+	send := func(method string, params any) error {
+		if direct {
+			if !e.dialogOpen() {
+				return e.t.Call(ctx, method, params, nil)
+			}
+			// Under a dialog the ack never comes; the event is delivered.
+			tctx, cancel := context.WithTimeout(ctx, dialogAckWait)
+			defer cancel()
+			if err := e.t.Call(tctx, method, params, nil); err != nil && ctx.Err() != nil {
+				return err
+			}
+			return nil
+		}
+		return pendingOK(e.guard(ctx, func(ctx context.Context) error { return e.t.Call(ctx, method, params, nil) }))
+	}
+	var firstErr error
+	for id, ke := range h.keys {
+		delete(h.keys, id)
+		if err := send(input.CommandDispatchKeyEvent, keyUpParams(ke)); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	for _, bit := range []int{bitLeft, bitRight, bitMiddle} {
+		if h.buttons&bit == 0 {
+			continue
+		}
+		h.buttons &^= bit
+		ev := mouseEvent{Type: "mouseReleased", X: e.pos[0], Y: e.pos[1], Button: buttonName(bit), Buttons: e.buttonsHeld(), ClickCount: h.clicks[bit], PointerType: "mouse"}
+		if err := send(input.CommandDispatchMouseEvent, ev); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	delete(e.producers, pid)
+	return firstErr
+}
