@@ -1,0 +1,397 @@
+// Package wire is the DataChannel envelope codec of an interactive viewer
+// peer (docs/protocol.md, "DataChannels"). Every message on the control,
+// pointer and state channels, in both directions, is one binary
+// DataChannel message: a version byte (Version) followed by a UTF-8 JSON
+// object. Decode parses and checks what a viewer sends; EncodeAck and
+// EncodeState build what the appliance answers.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/tabcast/tabcast/core/action"
+)
+
+// Version is the first byte of every DataChannel message.
+const Version byte = 1
+
+// Channel labels.
+const (
+	ChannelControl = "control" // ordered, reliable: control actions up, acks down
+	ChannelPointer = "pointer" // unordered, maxRetransmits 0: pointer_move and wheel up
+	ChannelState   = "state"   // ordered: state events down only
+)
+
+// Size limits of one viewer message, version byte included.
+const (
+	// MaxControlSize leaves room for a 1 MiB clipboard_write or
+	// text_insert plus its envelope.
+	MaxControlSize = 1<<20 + (1<<20)/10
+	// MaxPointerSize bounds a move or wheel; real ones are ~250 bytes.
+	MaxPointerSize = 1 << 10
+	// MaxActionIDLen bounds actionId (bytes); the dispatcher has the same bound.
+	MaxActionIDLen = 128
+	// MaxIDLen bounds browserSessionId, peerId and producerId (bytes).
+	MaxIDLen = 128
+)
+
+// Stable error codes of refused DataChannel messages. They travel in
+// rejected acks (and state "error" messages); clients switch on them.
+const (
+	CodeBadVersion   = "bad_version"   // first byte is not Version
+	CodeBadEnvelope  = "bad_envelope"  // empty, not a JSON object, or not valid JSON
+	CodeTooLarge     = "too_large"     // over MaxControlSize / MaxPointerSize
+	CodeWrongChannel = "wrong_channel" // a control kind on pointer or vice versa, or anything sent on state
+	CodeUnknownKind  = "unknown_kind"  // action.kind is not a client action
+	CodeBadField     = "bad_field"     // a field is missing, of the wrong type or out of range
+
+	// Set by the identity check of the receiving connection, not by Decode.
+	CodeWrongIdentity   = "wrong_identity"           // browserSessionId, peerId or producerId is not this connection's
+	CodeStaleGeneration = action.CodeStaleGeneration // connectionGeneration or producerGeneration is not the current one, or the producer ended
+	CodeNotInteractive  = "not_interactive"          // this connection holds no producer
+)
+
+// Error is a refused message with a stable code. Message is safe to show
+// and log: it never quotes the client's input.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func errf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of a *Error (or *action.Error) in err's chain, or
+// bad_envelope for any other error.
+func CodeOf(err error) string {
+	var we *Error
+	if errors.As(err, &we) {
+		return we.Code
+	}
+	var ae *action.Error
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return CodeBadEnvelope
+}
+
+// Envelope is one viewer message on control or pointer: the identity it
+// claims, its fencing fields and the action. The field set mirrors
+// core/dispatch's Envelope (ProducerID … Action) plus the connection
+// identity the receiving connection checks.
+type Envelope struct {
+	BrowserSessionID     string        `json:"browserSessionId"`
+	PeerID               string        `json:"peerId"`
+	ConnectionGeneration uint64        `json:"connectionGeneration"`
+	ProducerID           string        `json:"producerId"`
+	ProducerGeneration   uint64        `json:"producerGeneration"`
+	PageRevision         uint64        `json:"pageRevision"`
+	ControlSeq           uint64        `json:"controlSeq,omitempty"` // control channel
+	PointerSeq           uint64        `json:"pointerSeq,omitempty"` // pointer channel
+	ActionID             string        `json:"actionId,omitempty"`   // required on control except heartbeat
+	Action               action.Action `json:"action"`
+}
+
+// Ack statuses, as core/dispatch sends them.
+const (
+	StatusAccepted  = "accepted"
+	StatusCompleted = "completed"
+	StatusRejected  = "rejected"
+)
+
+// Ack answers one envelope on the control channel. Same fields as
+// core/dispatch's Ack.
+type Ack struct {
+	ActionID       string         `json:"actionId"`
+	Status         string         `json:"status"` // accepted | completed | rejected
+	Code           string         `json:"code,omitempty"`
+	Message        string         `json:"message,omitempty"`
+	ActionRevision uint64         `json:"actionRevision,omitempty"`
+	PageRevision   uint64         `json:"pageRevision"`
+	Result         *action.Result `json:"result,omitempty"`
+}
+
+// Reject builds the rejected ack for a refused envelope: err's code and
+// safe message, and whatever actionId could be read.
+func Reject(actionID string, err error, pageRevision uint64) Ack {
+	msg := "refused"
+	var we *Error
+	var ae *action.Error
+	switch {
+	case errors.As(err, &we):
+		msg = we.Message
+	case errors.As(err, &ae):
+		msg = ae.Message
+	}
+	return Ack{ActionID: actionID, Status: StatusRejected, Code: CodeOf(err), Message: msg, PageRevision: pageRevision}
+}
+
+// Server message types.
+const (
+	TypeAck          = "ack"           // control
+	TypePageState    = "page_state"    // state
+	TypeDialogOpened = "dialog_opened" // state
+	TypeDialogClosed = "dialog_closed" // state
+	TypeProducer     = "producer"      // state
+	TypeError        = "error"         // state
+)
+
+// clientKinds are the action kinds a viewer may send; release_all is only
+// ever synthesized by the appliance.
+var clientKinds = map[action.Kind]bool{
+	action.PointerMove: true, action.Wheel: true,
+	action.PointerDown: true, action.PointerUp: true, action.KeyDown: true, action.KeyUp: true,
+	action.TextInsert: true, action.Navigate: true, action.Back: true, action.Forward: true,
+	action.Reload: true, action.Stop: true, action.Viewport: true, action.ClipboardWrite: true,
+	action.ClipboardRead: true, action.DialogResponse: true, action.Heartbeat: true,
+}
+
+// rawEnvelope tells absent fields from zero ones.
+type rawEnvelope struct {
+	BrowserSessionID     *string        `json:"browserSessionId"`
+	PeerID               *string        `json:"peerId"`
+	ConnectionGeneration *uint64        `json:"connectionGeneration"`
+	ProducerID           *string        `json:"producerId"`
+	ProducerGeneration   *uint64        `json:"producerGeneration"`
+	PageRevision         *uint64        `json:"pageRevision"`
+	ControlSeq           *uint64        `json:"controlSeq"`
+	PointerSeq           *uint64        `json:"pointerSeq"`
+	ActionID             *string        `json:"actionId"`
+	Action               *action.Action `json:"action"`
+}
+
+// Decode parses and checks one viewer message received on channel. Errors
+// are *Error with a Code* constant. On error the returned Envelope holds
+// the actionId when it could be read (so the rejection can name it) and
+// nothing else. Field values (coordinates, key names, sizes of text) are
+// the dispatcher's to validate; Decode checks structure, types, presence,
+// the channel and the size.
+func Decode(channel string, b []byte) (Envelope, error) {
+	var limit int
+	switch channel {
+	case ChannelControl:
+		limit = MaxControlSize
+	case ChannelPointer:
+		limit = MaxPointerSize
+	default:
+		return Envelope{}, errf(CodeWrongChannel, "viewers send only on control and pointer")
+	}
+	if len(b) == 0 {
+		return Envelope{}, errf(CodeBadEnvelope, "empty message")
+	}
+	if len(b) > limit {
+		return Envelope{}, errf(CodeTooLarge, "%s messages are limited to %d bytes", channel, limit)
+	}
+	if b[0] != Version {
+		return Envelope{}, errf(CodeBadVersion, "unsupported envelope version (want %d)", Version)
+	}
+	body := bytes.TrimLeft(b[1:], " \t\r\n")
+	if len(body) == 0 || body[0] != '{' {
+		return Envelope{}, errf(CodeBadEnvelope, "body is not a JSON object")
+	}
+	var r rawEnvelope
+	err := json.Unmarshal(body, &r)
+	var out Envelope
+	if r.ActionID != nil && len(*r.ActionID) <= MaxActionIDLen {
+		out.ActionID = *r.ActionID
+	}
+	if err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return out, errf(CodeBadField, "%s has the wrong type", safeField(te.Field))
+		}
+		// The json error may quote input: say only that it did not parse.
+		return out, errf(CodeBadEnvelope, "body is not valid JSON")
+	}
+	e, err := check(channel, &r)
+	if err != nil {
+		return out, err
+	}
+	return e, nil
+}
+
+func check(channel string, r *rawEnvelope) (Envelope, error) {
+	var e Envelope
+	for _, f := range []struct {
+		name string
+		v    *string
+		dst  *string
+	}{
+		{"browserSessionId", r.BrowserSessionID, &e.BrowserSessionID},
+		{"peerId", r.PeerID, &e.PeerID},
+		{"producerId", r.ProducerID, &e.ProducerID},
+	} {
+		if f.v == nil || *f.v == "" {
+			return Envelope{}, errf(CodeBadField, "%s is missing", f.name)
+		}
+		if len(*f.v) > MaxIDLen {
+			return Envelope{}, errf(CodeBadField, "%s is over %d bytes", f.name, MaxIDLen)
+		}
+		*f.dst = *f.v
+	}
+	for _, f := range []struct {
+		name string
+		v    *uint64
+		dst  *uint64
+	}{
+		{"connectionGeneration", r.ConnectionGeneration, &e.ConnectionGeneration},
+		{"producerGeneration", r.ProducerGeneration, &e.ProducerGeneration},
+	} {
+		if f.v == nil || *f.v == 0 {
+			return Envelope{}, errf(CodeBadField, "%s is missing or 0", f.name)
+		}
+		*f.dst = *f.v
+	}
+	if r.PageRevision == nil {
+		return Envelope{}, errf(CodeBadField, "pageRevision is missing")
+	}
+	e.PageRevision = *r.PageRevision
+	if r.Action == nil {
+		return Envelope{}, errf(CodeBadField, "action is missing")
+	}
+	e.Action = *r.Action
+	if e.Action.Kind == "" {
+		return Envelope{}, errf(CodeBadField, "action.kind is missing")
+	}
+	if !clientKinds[e.Action.Kind] {
+		return Envelope{}, errf(CodeUnknownKind, "action.kind is not a client action")
+	}
+	onPointer := e.Action.OnPointerChannel()
+	if onPointer != (channel == ChannelPointer) {
+		if onPointer {
+			return Envelope{}, errf(CodeWrongChannel, "pointer_move and wheel travel on the pointer channel")
+		}
+		return Envelope{}, errf(CodeWrongChannel, "only pointer_move and wheel travel on the pointer channel")
+	}
+	if r.ActionID != nil {
+		if len(*r.ActionID) > MaxActionIDLen {
+			return Envelope{}, errf(CodeBadField, "actionId is over %d bytes", MaxActionIDLen)
+		}
+		e.ActionID = *r.ActionID
+	}
+	if onPointer {
+		if r.ControlSeq != nil {
+			return Envelope{}, errf(CodeBadField, "controlSeq is not allowed on the pointer channel")
+		}
+		if r.PointerSeq == nil || *r.PointerSeq == 0 {
+			return Envelope{}, errf(CodeBadField, "pointerSeq is missing or 0")
+		}
+		e.PointerSeq = *r.PointerSeq
+	} else {
+		if r.PointerSeq != nil {
+			return Envelope{}, errf(CodeBadField, "pointerSeq is not allowed on the control channel")
+		}
+		// heartbeat is out of band: its seq and actionId are optional.
+		if e.Action.Kind != action.Heartbeat {
+			if r.ControlSeq == nil || *r.ControlSeq == 0 {
+				return Envelope{}, errf(CodeBadField, "controlSeq is missing or 0")
+			}
+			if e.ActionID == "" {
+				return Envelope{}, errf(CodeBadField, "actionId is missing")
+			}
+		}
+		if r.ControlSeq != nil {
+			e.ControlSeq = *r.ControlSeq
+		}
+	}
+	// The dispatcher fences coordinates on Action.PageRevision: the
+	// envelope's revision is the one the viewer saw.
+	switch {
+	case e.Action.PageRevision == 0:
+		e.Action.PageRevision = e.PageRevision
+	case e.Action.PageRevision != e.PageRevision:
+		return Envelope{}, errf(CodeBadField, "action.pageRevision differs from pageRevision")
+	}
+	return e, nil
+}
+
+// safeField keeps a json field path only if it is made of our own names
+// (letters and dots), so an error message never carries client bytes.
+func safeField(f string) string {
+	if f == "" || len(f) > 64 {
+		return "a field"
+	}
+	for _, c := range f {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '.') {
+			return "a field"
+		}
+	}
+	return f
+}
+
+// Encode builds the message a viewer sends for e (Go producers and tests;
+// the panel builds the same bytes in JavaScript).
+func Encode(e Envelope) ([]byte, error) {
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode envelope: %w", err)
+	}
+	return frame(body), nil
+}
+
+// EncodeAck builds the control-channel message for an ack.
+func EncodeAck(a Ack) ([]byte, error) {
+	body, err := json.Marshal(struct {
+		Type string `json:"type"`
+		Ack
+	}{TypeAck, a})
+	if err != nil {
+		return nil, fmt.Errorf("encode ack: %w", err)
+	}
+	return frame(body), nil
+}
+
+// EncodeState builds the state-channel message {"type": typ, ...payload}.
+// payload must marshal to a JSON object (or be nil); a "type" key in it is
+// replaced by typ.
+func EncodeState(typ string, payload any) ([]byte, error) {
+	fields := map[string]json.RawMessage{}
+	if payload != nil {
+		raw, err := json.Marshal(payload)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s payload: %w", typ, err)
+		}
+		if t := bytes.TrimSpace(raw); string(t) != "null" {
+			if len(t) == 0 || t[0] != '{' {
+				return nil, fmt.Errorf("encode %s payload: not a JSON object", typ)
+			}
+			if err := json.Unmarshal(t, &fields); err != nil {
+				return nil, fmt.Errorf("encode %s payload: %w", typ, err)
+			}
+		}
+	}
+	t, err := json.Marshal(typ)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", typ, err)
+	}
+	fields["type"] = t
+	body, err := json.Marshal(fields)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", typ, err)
+	}
+	return frame(body), nil
+}
+
+// Unwrap checks the version byte of a message and returns its JSON body
+// (for clients reading acks and state messages).
+func Unwrap(b []byte) ([]byte, error) {
+	if len(b) == 0 {
+		return nil, errf(CodeBadEnvelope, "empty message")
+	}
+	if b[0] != Version {
+		return nil, errf(CodeBadVersion, "unsupported envelope version (want %d)", Version)
+	}
+	return b[1:], nil
+}
+
+func frame(body []byte) []byte {
+	out := make([]byte, 0, len(body)+1)
+	out = append(out, Version)
+	return append(out, body...)
+}
