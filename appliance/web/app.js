@@ -1,6 +1,9 @@
 // Tabcast viewer panel: picks a session, runs the signaling protocol
 // (docs/protocol.md, "Signaling") over a WebSocket and plays the stream.
-// The appliance is the offerer; this page answers. Plain ES module, no build.
+// The appliance is the offerer; this page answers. Input travels on the
+// peer's DataChannels (input.js). Plain ES modules, no build.
+
+import { createInput } from "./input.js";
 
 const MIN_BACKOFF_MS = 1000;
 const MAX_BACKOFF_MS = 10000;
@@ -25,10 +28,30 @@ const ui = {
   bitrate: $("stat-bitrate"),
   rtt: $("stat-rtt"),
   candidate: $("stat-candidate"),
+  sink: $("keyboard-sink"),
+  inputState: $("input-state"),
+  back: $("nav-back"),
+  forward: $("nav-forward"),
+  reload: $("nav-reload"),
+  address: $("address"),
+  addressForm: $("address-form"),
+  latencyAck: $("latency-ack"),
+  latencyFrame: $("latency-frame"),
+  dialog: $("dialog"),
+  dialogKind: $("dialog-kind"),
+  dialogMessage: $("dialog-message"),
+  dialogPrompt: $("dialog-prompt"),
+  dialogAccept: $("dialog-accept"),
+  dialogDismiss: $("dialog-dismiss"),
+  clipboardOut: $("clipboard-out"),
+  clipboardText: $("clipboard-text"),
+  clipboardClose: $("clipboard-close"),
 };
 
 const params = new URLSearchParams(location.search);
 const wantCodec = (params.get("codec") || "auto").toLowerCase();
+// ?interactive=0 watches without a producer grant.
+const wantInput = params.get("interactive") !== "0";
 
 // Exposed for tests and for curious operators.
 const tabcast = {
@@ -46,6 +69,19 @@ let generation = 0; // bumps on every (re)connect; stale callbacks check it
 let current = null; // {gen, ws, pc, timers}
 let attempt = 0;
 let reconnectTimer = null;
+
+const input = createInput({
+  ui,
+  setStatus,
+  // The viewer's send limit: the appliance's a=max-message-size as this
+  // browser's SCTP transport reports it.
+  maxMessageSize: () => current?.pc?.sctp?.maxMessageSize || 0,
+  // A closed control or pointer channel ended the producer: a new peer
+  // brings a new grant.
+  onEnded: (why) => {
+    if (current && current.pc.connectionState === "connected") scheduleReconnect(`Input ${why}`);
+  },
+});
 
 function setStatus(text, isError = false) {
   ui.status.textContent = text;
@@ -127,6 +163,7 @@ function teardown() {
   const c = current;
   current = null;
   generation++;
+  input.end();
   if (!c) return;
   for (const t of c.timers) clearInterval(t);
   clearTimeout(c.disconnectTimer);
@@ -166,6 +203,9 @@ function connect(gen) {
     if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(msg));
   };
 
+  pc.ondatachannel = (ev) => {
+    if (live()) input.channel(ev.channel);
+  };
   pc.ontrack = (ev) => {
     if (!live()) return;
     ui.video.srcObject = ev.streams[0] ?? new MediaStream([ev.track]);
@@ -216,7 +256,7 @@ function connect(gen) {
   };
   ws.onopen = () => {
     if (!live()) return;
-    send({ type: "hello", codec: wantCodec, codecs: viewerCodecs() });
+    send({ type: "hello", codec: wantCodec, codecs: viewerCodecs(), interactive: wantInput });
     c.timers.push(setInterval(() => {
       send({ type: "ping" });
       if (!c.pongTimer) {
@@ -239,6 +279,8 @@ function connect(gen) {
       case "welcome":
         tabcast.codec = msg.codec;
         tabcast.peerId = msg.peerId;
+        // New peer, new grant: sequence numbers start over.
+        input.start(msg);
         setStatus(`Negotiating ${msg.codec}…`);
         break;
       case "offer": {

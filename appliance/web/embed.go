@@ -1,5 +1,5 @@
-// Package web holds the viewer panel (index.html, app.js, style.css: plain
-// ES modules, no build step) and welcome.html, the start page a new
+// Package web holds the viewer panel (index.html, app.js, input.js,
+// style.css: plain ES modules, no build step) and welcome.html, the start page a new
 // session opens. The files are embedded and served as they are.
 package web
 
@@ -7,5 +7,5 @@ import "embed"
 
 // FS holds the panel files at its root.
 //
-//go:embed index.html app.js style.css welcome.html
+//go:embed index.html app.js input.js style.css welcome.html
 var FS embed.FS

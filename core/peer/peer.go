@@ -1,6 +1,8 @@
 // Package peer holds the appliance side of a viewer's WebRTC connection: one
-// Pion PeerConnection per viewer that sends the session's shared video track.
-// The appliance is always the offerer (see docs/protocol.md, "Signaling").
+// Pion PeerConnection per viewer that sends the session's shared video track
+// and, for an interactive viewer, carries its input DataChannels (control,
+// pointer, state) with their back-pressure rules. The appliance is always
+// the offerer (see docs/protocol.md, "Signaling" and "DataChannels").
 package peer
 
 import (
@@ -164,6 +166,12 @@ func NewFactory(cfg Config) (*Factory, error) {
 	// healthy pair would look silent.
 	se.SetICETimeouts(disc, failed, min(time.Second, disc/3))
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4, webrtc.NetworkTypeUDP6})
+	// Pion's default accepts DataChannel messages up to 1 GiB; the input
+	// envelopes are at most ~1.1 MiB. A message is reassembled in the SCTP
+	// receive buffer (default 1 MiB), so that must hold the largest one
+	// with room for the other channels.
+	se.SetSCTPMaxMessageSize(MaxMessageSize)
+	se.SetSCTPMaxReceiveBufferSize(2 * MaxMessageSize)
 	if !cfg.MDNS {
 		se.SetICEMulticastDNSMode(iceMDNSDisabled)
 	}
@@ -223,6 +231,21 @@ type Options struct {
 	OnICECandidate func(webrtc.ICECandidateInit)
 	// OnStateChange reports every PeerConnectionState change.
 	OnStateChange func(webrtc.PeerConnectionState)
+
+	// Interactive creates the input DataChannels (control, pointer, state;
+	// see channels.go) before the offer.
+	Interactive bool
+	// OnControl and OnPointer get each message the viewer sends on the
+	// control / pointer channel, one at a time per channel (control in
+	// order). They must not block for long: they hold up that channel.
+	OnControl func([]byte)
+	OnPointer func([]byte)
+	// OnChannel reports an input channel opening (open) or closing.
+	OnChannel func(label string, open bool)
+	// OnUnhealthy reports that the viewer does not read its control
+	// channel (over ControlMaxBuffered buffered, or ControlQueue messages
+	// queued); the peer connection is then closed.
+	OnUnhealthy func(reason string)
 }
 
 // Stats is a snapshot of one peer's sending side.
@@ -257,6 +280,8 @@ type Peer struct {
 
 	plis, firs, nacks atomic.Uint64
 	sent              sendCounters
+
+	ch *channels // input channels; nil unless Options.Interactive
 
 	rtcpDone  chan struct{}
 	closeOnce sync.Once
@@ -296,6 +321,13 @@ func (f *Factory) NewPeer(o Options) (*Peer, error) {
 		}
 	}
 	p.sender = tr.Sender()
+	if o.Interactive {
+		// On error no writer has started yet.
+		if err := p.createChannels(); err != nil {
+			_ = pc.Close()
+			return nil, err
+		}
+	}
 
 	pc.OnICECandidate(func(c *webrtc.ICECandidate) {
 		if c == nil || o.OnICECandidate == nil || !p.enter() {
@@ -483,10 +515,16 @@ func (p *Peer) Close() error {
 		p.mu.Lock()
 		p.closed = true
 		p.mu.Unlock()
+		if p.ch != nil {
+			p.ch.stop()
+		}
 		if err := p.pc.Close(); err != nil {
 			p.closeErr = fmt.Errorf("close peer connection: %w", err)
 		}
 		<-p.rtcpDone
+		if p.ch != nil {
+			p.ch.wg.Wait()
+		}
 		p.cbWG.Wait()
 	})
 	return p.closeErr

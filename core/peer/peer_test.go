@@ -74,6 +74,16 @@ func (w *testWriter) Write(p []byte) (int, error) {
 func connect(t *testing.T, f *peer.Factory, src *peertest.Source, keyframes *atomic.Int32,
 ) (*peer.Peer, *peertest.Receiver) {
 	t.Helper()
+	return connectWith(t, f, peer.Options{Track: src.Track, OnKeyframeRequest: func() { keyframes.Add(1) }}, nil, nil)
+}
+
+// connectWith is connect with the peer's options (its OnICECandidate is
+// replaced; OnStateChange also gets every state), and a hook to set the
+// receiver up before it answers.
+func connectWith(t *testing.T, f *peer.Factory, o peer.Options, setup func(*peertest.Receiver),
+	onState func(webrtc.PeerConnectionState),
+) (*peer.Peer, *peertest.Receiver) {
+	t.Helper()
 	var (
 		mu      sync.Mutex
 		p       *peer.Peer
@@ -97,21 +107,24 @@ func connect(t *testing.T, f *peer.Factory, src *peertest.Source, keyframes *ato
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err = f.NewPeer(peer.Options{
-		Track:             src.Track,
-		OnKeyframeRequest: func() { keyframes.Add(1) },
-		OnICECandidate: func(c webrtc.ICECandidateInit) {
-			mu.Lock()
-			defer mu.Unlock()
-			toRecv = append(toRecv, c)
-		},
-		OnStateChange: func(s webrtc.PeerConnectionState) {
-			select {
-			case stateCh <- s:
-			default:
-			}
-		},
-	})
+	if setup != nil {
+		setup(recv)
+	}
+	o.OnICECandidate = func(c webrtc.ICECandidateInit) {
+		mu.Lock()
+		defer mu.Unlock()
+		toRecv = append(toRecv, c)
+	}
+	o.OnStateChange = func(s webrtc.PeerConnectionState) {
+		if onState != nil {
+			onState(s)
+		}
+		select {
+		case stateCh <- s:
+		default:
+		}
+	}
+	p, err = f.NewPeer(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,16 +145,7 @@ const pageStateJS = `(() => {
 // both codecs with live stats.
 func TestPanelInChromium(t *testing.T) {
 	e := newEnv(t)
-	e.mux.Handle("GET /", http.FileServerFS(web.FS))
-	e.mux.HandleFunc("GET /welcome", func(w http.ResponseWriter, r *http.Request) {
-		http.ServeFileFS(w, r, web.FS, "welcome.html")
-	})
-	e.mux.HandleFunc("GET /api/v1/sessions", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "sessions": []map[string]string{
-			{"id": "s1", "state": "ready", "title": "Test pattern", "url": "tabcast://test-pattern"},
-		}})
-	})
+	servePanel(e)
 	ctx := startChromium(t)
 	if err := chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/welcome")); err != nil {
 		t.Fatalf("open welcome page: %v", err)
@@ -268,6 +259,21 @@ func TestPanelInChromium(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "releases", func() bool { return e.media.releases.Load() == e.media.subs.Load() })
 	t.Logf("subscriptions %d, releases %d, keyframe requests %d", e.media.subs.Load(), e.media.releases.Load(), e.media.keyReqs.Load())
+}
+
+// servePanel serves the embedded panel, the welcome page and a session
+// list naming "s1".
+func servePanel(e *env) {
+	e.mux.Handle("GET /", http.FileServerFS(web.FS))
+	e.mux.HandleFunc("GET /welcome", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, web.FS, "welcome.html")
+	})
+	e.mux.HandleFunc("GET /api/v1/sessions", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "sessions": []map[string]string{
+			{"id": "s1", "state": "ready", "title": "Test pattern", "url": "tabcast://test-pattern"},
+		}})
+	})
 }
 
 func screenshot(t *testing.T, ctx context.Context, path string) {

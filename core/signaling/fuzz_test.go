@@ -11,6 +11,10 @@ var decodeSeeds = []string{
 	`{"type":"hello","codec":"VP8","codecs":["vp8","av1","vp9"]}`,
 	`{"type":"hello"}`,
 	`{"type":"hello","codec":null,"codecs":null}`,
+	`{"type":"hello","interactive":false}`,
+	`{"type":"hello","interactive":true,"codec":"vp8"}`,
+	`{"type":"hello","interactive":"yes"}`,
+	`{"type":"hello","interactive":0}`,
 	`{"type":"answer","sdp":"v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"}`,
 	`{"type":"candidate","candidate":{"candidate":"candidate:1 1 udp 2130706431 127.0.0.1 5000 typ host","sdpMid":"0","sdpMLineIndex":0}}`,
 	`{"type":"candidate","candidate":{"candidate":"","sdpMid":null,"sdpMLineIndex":null,"usernameFragment":"abcd"}}`,
@@ -132,11 +136,15 @@ func TestDecodeCodes(t *testing.T) {
 		{`{"type":1}`, CodeBadField},
 		{`{"type":"hello","codec":"av1"}`, CodeBadField},
 		{`{"type":"hello","codecs":"vp8"}`, CodeBadField},
+		{`{"type":"hello","interactive":1}`, CodeBadField},
 		{`{"type":"answer","sdp":1}`, CodeBadField},
 		{`{"type":"candidate","candidate":{"candidate":"x","sdpMLineIndex":-1}}`, CodeBadField},
 		{`{"type":"ping","pad":"` + strings.Repeat("x", MaxMessageSize) + `"}`, CodeTooLarge},
 		{`{"type":"answer","sdp":"` + strings.Repeat("a", MaxSDPSize+1) + `"}`, CodeSDPTooLarge},
 		{`{"type":"answer","sdp":"` + strings.Repeat("a", MaxAnswerMessageSize) + `"}`, CodeTooLarge},
+	}
+	if m, err := Decode([]byte(`{"type":"hello","interactive":false}`)); err != nil || m.Interactive {
+		t.Errorf("interactive:false: %+v %v", m, err)
 	}
 	for _, c := range cases {
 		m, err := Decode([]byte(c.in))
@@ -147,8 +155,8 @@ func TestDecodeCodes(t *testing.T) {
 		if got != c.code {
 			t.Errorf("Decode(%.60q) = %q (%v), want %q", c.in, got, err, c.code)
 		}
-		if err == nil && m.Type == TypeHello && m.Codecs[0] != "h264" {
-			t.Errorf("codecs not lower-cased: %v", m.Codecs)
+		if err == nil && m.Type == TypeHello && (m.Codecs[0] != "h264" || !m.Interactive) {
+			t.Errorf("hello %+v: codecs not lower-cased or not interactive by default", m)
 		}
 	}
 }

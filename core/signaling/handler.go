@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/tabcast/tabcast/core/peer"
+	"github.com/tabcast/tabcast/core/wire"
 )
 
 var (
@@ -41,6 +43,11 @@ type Media interface {
 	// RequestKeyframe asks the codec's encoder for a keyframe; the session
 	// rate-limits.
 	RequestKeyframe(codec string)
+	// OpenInput grants a producer to one interactive viewer. onState takes
+	// the session's state events for this viewer from any goroutine (it
+	// never blocks) until Input.Close. It may return an error wrapping
+	// ErrCapacity or ErrNotInteractive; the viewer then only watches.
+	OpenInput(owner string, onState func(StateEvent)) (Input, error)
 }
 
 // WebSocket close codes used besides the standard ones.
@@ -85,6 +92,11 @@ type Handler struct {
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup // one per ServeHTTP in flight
+
+	// connGen numbers peers (welcome's connectionGeneration). Seeded from
+	// the clock so numbers are not reused across restarts, and below 2^53
+	// so JavaScript holds them exactly.
+	connGen atomic.Uint64
 }
 
 // NewHandler returns the signaling handler. It is a *Handler (an
@@ -98,7 +110,9 @@ func NewHandler(o Options) *Handler {
 		o.PingInterval = defaultPingInterval
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Handler{o: o, log: log.With("component", "signaling"), ctx: ctx, cancel: cancel}
+	h := &Handler{o: o, log: log.With("component", "signaling"), ctx: ctx, cancel: cancel}
+	h.connGen.Store(uint64(time.Now().UnixMilli()))
+	return h
 }
 
 // Close closes every open signaling connection (status 1001) and its peer,
@@ -180,6 +194,12 @@ type conn struct {
 	offerSent bool
 	pending   []webrtc.ICECandidateInit // local candidates gathered before the offer went out
 	closing   bool                      // no more frames are queued
+
+	connGen      uint64
+	input        Input       // nil: view-only, or not yet granted
+	inputClosed  bool        // Input.Close was called (or is being called)
+	stateHeld    []heldState // state events that came before the peer existed
+	inputEndOnce sync.Once
 }
 
 func (c *conn) run() {
@@ -199,12 +219,16 @@ func (c *conn) run() {
 	c.closing = true
 	c.mu.Unlock()
 	var stats peer.Stats
+	var in peer.InputStats
 	if p != nil {
 		stats = p.Stats()
+		in = p.InputStats()
 		if err := p.Close(); err != nil {
 			c.log.Debug("close peer", "err", err)
 		}
 	}
+	// After the peer: no callback submits anything once Close runs.
+	c.endInput("socket closed")
 	if release != nil {
 		release()
 	}
@@ -212,6 +236,10 @@ func (c *conn) run() {
 	attrs := []any{"reason", reason, "codec", codec, "duration", time.Since(start).Round(time.Millisecond)}
 	if p != nil {
 		attrs = append(attrs, "peer", p.ID(), "bytes_sent", stats.BytesSent, "plis", stats.PLIs)
+		if p.Interactive() {
+			attrs = append(attrs, "control_in", in.ControlIn, "pointer_in", in.PointerIn,
+				"acks_out", in.ControlOut, "state_out", in.StateOut, "state_coalesced", in.StateCoalesced)
+		}
 	}
 	c.log.Info("viewer disconnected", attrs...)
 }
@@ -373,23 +401,59 @@ func (c *conn) hello(m Message) error {
 		c.log.Warn("subscribe failed", "codec", codec, "err", err)
 		return protoErr(CodeInternal, "could not start the video")
 	}
+	var (
+		in       Input
+		inputErr string
+	)
+	if m.Interactive {
+		in, err = c.media.OpenInput(localOwner, c.onState)
+		if err != nil {
+			// The viewer still watches; welcome says why it cannot act.
+			inputErr = inputErrorCode(err)
+			if inputErr == CodeInternal {
+				c.log.Warn("open input failed", "err", err)
+			}
+			in = nil
+		}
+	}
+	connGen := c.h.connGen.Add(1)
 	p, err := c.h.o.Peers.NewPeer(peer.Options{
 		Track:             track,
 		OnKeyframeRequest: func() { c.media.RequestKeyframe(codec) },
 		OnICECandidate:    c.localCandidate,
 		OnStateChange:     c.peerState,
+		Interactive:       in != nil,
+		OnControl:         func(b []byte) { c.onInput(wire.ChannelControl, b) },
+		OnPointer:         func(b []byte) { c.onInput(wire.ChannelPointer, b) },
+		OnChannel:         c.onChannel,
+		OnUnhealthy:       c.onUnhealthy,
 	})
 	if err != nil {
+		if in != nil {
+			in.Close()
+		}
 		release()
 		c.log.Warn("new peer failed", "err", err)
 		return protoErr(CodeInternal, "could not create the peer")
 	}
 	c.mu.Lock()
 	c.peer, c.release, c.codec, c.phase = p, release, codec, phaseOffered
+	c.connGen, c.input = connGen, in
+	held := c.stateHeld
+	c.stateHeld = nil
+	for _, ev := range held {
+		_ = p.SendState(ev.typ, ev.data)
+	}
 	c.mu.Unlock()
 	c.log = c.log.With("peer", p.ID())
-	c.log.Info("viewer connected", "codec", codec)
-	c.send(welcomeMsg{Type: TypeWelcome, SessionID: c.sessionID, PeerID: p.ID(), Codec: codec})
+	c.log.Info("viewer connected", "codec", codec, "interactive", in != nil)
+	welcome := welcomeMsg{Type: TypeWelcome, SessionID: c.sessionID, PeerID: p.ID(), Codec: codec,
+		ConnectionGeneration: connGen, Interactive: in != nil, InputError: inputErr}
+	if in != nil {
+		welcome.ProducerID, welcome.ProducerGeneration = in.Producer()
+		welcome.PageRevision = in.PageRevision()
+	}
+	c.send(welcome)
 
 	offer, err := p.CreateOffer()
 	if err != nil {
@@ -472,8 +536,16 @@ func (c *conn) localCandidate(cand webrtc.ICECandidateInit) {
 func (c *conn) peerState(s webrtc.PeerConnectionState) {
 	c.send(stateMsg{Type: TypeState, State: s.String()})
 	switch s {
+	case webrtc.PeerConnectionStateConnected:
+		// Media written before the transport was up was lost: a still page
+		// sends no more frames, so ask for a keyframe of the last picture.
+		c.mu.Lock()
+		codec := c.codec
+		c.mu.Unlock()
+		c.media.RequestKeyframe(codec)
 	case webrtc.PeerConnectionStateFailed, webrtc.PeerConnectionStateClosed:
 		c.log.Info("peer ended", "state", s.String())
+		c.endInput("peer " + s.String())
 		c.closeWith(websocket.StatusNormalClosure, "peer "+s.String())
 	}
 }

@@ -18,9 +18,11 @@ import (
 	"github.com/pion/webrtc/v4"
 	"go.uber.org/goleak"
 
+	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/core/peer/peertest"
 	"github.com/tabcast/tabcast/core/signaling"
+	"github.com/tabcast/tabcast/core/wire"
 )
 
 // clips are encoded once per package run by ffmpeg (real VP8 and H.264).
@@ -54,6 +56,121 @@ type testMedia struct {
 	subs     atomic.Int32
 	releases atomic.Int32
 	keyReqs  atomic.Int32
+
+	inputFull atomic.Bool // OpenInput fails with ErrCapacity
+	inputOff  atomic.Bool // OpenInput fails with ErrNotInteractive
+	inputMu   sync.Mutex
+	inputs    []*testInput
+}
+
+// OpenInput grants producer "prod-N", generation 1, and pushes the first
+// page_state at once (before the peer exists), as a session would.
+func (m *testMedia) OpenInput(owner string, onState func(signaling.StateEvent)) (signaling.Input, error) {
+	if owner != "local" {
+		return nil, fmt.Errorf("owner %q", owner)
+	}
+	if m.inputFull.Load() {
+		return nil, fmt.Errorf("producers: %w", signaling.ErrCapacity)
+	}
+	if m.inputOff.Load() {
+		return nil, fmt.Errorf("watch only: %w", signaling.ErrNotInteractive)
+	}
+	m.inputMu.Lock()
+	in := &testInput{id: fmt.Sprintf("prod-%d", len(m.inputs)+1), onState: onState,
+		submits: make(chan wire.Envelope, 4096)}
+	m.inputs = append(m.inputs, in)
+	m.inputMu.Unlock()
+	in.gen.Store(1)
+	in.pageRev.Store(1)
+	in.pushPage("https://example.test/", "Example")
+	return in, nil
+}
+
+// lastInput returns the newest grant.
+func (m *testMedia) lastInput() *testInput {
+	m.inputMu.Lock()
+	defer m.inputMu.Unlock()
+	if len(m.inputs) == 0 {
+		return nil
+	}
+	return m.inputs[len(m.inputs)-1]
+}
+
+func (m *testMedia) inputCount() int {
+	m.inputMu.Lock()
+	defer m.inputMu.Unlock()
+	return len(m.inputs)
+}
+
+// testInput stands in for the session's dispatcher: it records what is
+// submitted and acks like core/dispatch (control: accepted then completed;
+// pointer: nothing).
+type testInput struct {
+	id      string
+	gen     atomic.Uint64
+	pageRev atomic.Uint64
+	onState func(signaling.StateEvent)
+	submits chan wire.Envelope
+	revs    atomic.Uint64
+	closes  atomic.Int32
+}
+
+func (in *testInput) Producer() (string, uint64) { return in.id, in.gen.Load() }
+func (in *testInput) PageRevision() uint64       { return in.pageRev.Load() }
+func (in *testInput) Close()                     { in.closes.Add(1) }
+
+func (in *testInput) Submit(e wire.Envelope, reply func(wire.Ack)) {
+	select {
+	case in.submits <- e:
+	default:
+		panic("testInput: too many submits")
+	}
+	if e.Action.OnPointerChannel() {
+		return
+	}
+	rev := in.revs.Add(1)
+	page := in.pageRev.Load()
+	reply(wire.Ack{ActionID: e.ActionID, Status: wire.StatusAccepted, ActionRevision: rev, PageRevision: page})
+	res := &action.Result{PageRevision: page}
+	switch e.Action.Kind {
+	case action.ClipboardRead:
+		res.Text = "copied text"
+	case action.Navigate:
+		// A top-level navigation: new revision, new page state.
+		page = in.pageRev.Add(1)
+		res.PageRevision = page
+		in.pushPage(e.Action.URL, "Navigated")
+	}
+	reply(wire.Ack{ActionID: e.ActionID, Status: wire.StatusCompleted, ActionRevision: rev, PageRevision: page, Result: res})
+}
+
+func (in *testInput) pushPage(url, title string) {
+	in.onState(signaling.StateEvent{Type: "page_state", Payload: map[string]any{
+		"url": url, "title": title, "canGoBack": in.pageRev.Load() > 1, "canGoForward": false,
+		"loading": false, "pageRevision": in.pageRev.Load(),
+	}})
+}
+
+// next waits for the next submitted envelope.
+func (in *testInput) next(t *testing.T, d time.Duration) wire.Envelope {
+	t.Helper()
+	select {
+	case e := <-in.submits:
+		return e
+	case <-time.After(d):
+		t.Fatalf("nothing submitted within %v", d)
+		return wire.Envelope{}
+	}
+}
+
+// none checks that nothing more was submitted.
+func (in *testInput) none(t *testing.T) {
+	t.Helper()
+	select {
+	case e := <-in.submits:
+		t.Fatalf("unexpected submit %+v", e)
+	default:
+	}
 }
 
 func (m *testMedia) Codecs() []string { return m.codecs }
@@ -159,10 +276,18 @@ func (e *env) wsURL(session string) string {
 
 // frame is any server frame.
 type frame struct {
-	Type      string                   `json:"type"`
-	SessionID string                   `json:"sessionId"`
-	PeerID    string                   `json:"peerId"`
-	Codec     string                   `json:"codec"`
+	Type      string `json:"type"`
+	SessionID string `json:"sessionId"`
+	PeerID    string `json:"peerId"`
+	Codec     string `json:"codec"`
+
+	ConnectionGeneration uint64 `json:"connectionGeneration"`
+	Interactive          bool   `json:"interactive"`
+	ProducerID           string `json:"producerId"`
+	ProducerGeneration   uint64 `json:"producerGeneration"`
+	PageRevision         uint64 `json:"pageRevision"`
+	InputError           string `json:"inputError"`
+
 	SDP       string                   `json:"sdp"`
 	State     string                   `json:"state"`
 	Code      string                   `json:"code"`
@@ -310,6 +435,13 @@ type viewer struct {
 // waits for the "connected" state frame. It returns the welcome frame.
 func connectViewer(t *testing.T, url string, hello map[string]any) (*viewer, frame) {
 	t.Helper()
+	return connectViewerWith(t, url, hello, nil)
+}
+
+// connectViewerWith is connectViewer with a hook that sets the receiver up
+// before it answers (e.g. to take the input DataChannels).
+func connectViewerWith(t *testing.T, url string, hello map[string]any, setup func(*peertest.Receiver)) (*viewer, frame) {
+	t.Helper()
 	v := &viewer{client: dial(t, url)}
 	v.send(hello)
 	welcome := v.next("welcome", 5*time.Second, nil)
@@ -320,6 +452,9 @@ func connectViewer(t *testing.T, url string, hello map[string]any) (*viewer, fra
 	}
 	v.recv = recv
 	t.Cleanup(func() { _ = recv.Close() })
+	if setup != nil {
+		setup(recv)
+	}
 	answer, err := recv.Answer(offer.SDP)
 	if err != nil {
 		t.Fatal(err)

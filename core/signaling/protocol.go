@@ -95,6 +95,9 @@ type Message struct {
 	// hello
 	Codec  string   // "auto", "h264" or "vp8"
 	Codecs []string // lower-cased codec names the viewer decodes; nil if not sent
+	// Interactive asks for input (DataChannels and a producer grant);
+	// true when absent.
+	Interactive bool
 	// answer
 	SDP string
 	// candidate
@@ -182,6 +185,10 @@ func decodeHello(fields map[string]json.RawMessage, m Message) (Message, error) 
 		return Message{}, protoErr(CodeBadField, "codec must be auto, h264 or vp8")
 	}
 	m.Codec = codec
+	m.Interactive = true
+	if err := field(fields, "interactive", false, &m.Interactive); err != nil {
+		return Message{}, err
+	}
 	if raw, ok := fields["codecs"]; ok && string(raw) != "null" {
 		var list []string
 		if err := json.Unmarshal(raw, &list); err != nil {
@@ -253,6 +260,16 @@ type welcomeMsg struct {
 	SessionID string `json:"sessionId"`
 	PeerID    string `json:"peerId"`
 	Codec     string `json:"codec"`
+	// ConnectionGeneration is new for every peer.
+	ConnectionGeneration uint64 `json:"connectionGeneration"`
+	// Interactive: the peer has input DataChannels and a producer grant.
+	Interactive bool `json:"interactive"`
+	// The producer grant (interactive only).
+	ProducerID         string `json:"producerId,omitempty"`
+	ProducerGeneration uint64 `json:"producerGeneration,omitempty"`
+	PageRevision       uint64 `json:"pageRevision"`
+	// InputError says why an interactive hello got no producer.
+	InputError string `json:"inputError,omitempty"`
 }
 
 type offerMsg struct {

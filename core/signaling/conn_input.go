@@ -1,0 +1,141 @@
+package signaling
+
+import (
+	"slices"
+
+	"github.com/tabcast/tabcast/core/peer"
+	"github.com/tabcast/tabcast/core/wire"
+)
+
+// maxHeldStates bounds state events kept (newest per type) before the peer
+// exists.
+const maxHeldStates = 16
+
+type heldState struct {
+	typ  string
+	data []byte
+}
+
+// onState takes one of the session's state events for this viewer (any
+// goroutine; never blocks) and queues it on the state channel, coalesced
+// per type.
+func (c *conn) onState(ev StateEvent) {
+	data, err := wire.EncodeState(ev.Type, ev.Payload)
+	if err != nil {
+		c.log.Error("encode state event", "type", ev.Type, "err", err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inputClosed {
+		return
+	}
+	if c.peer == nil {
+		// OpenInput may push the first page_state before the peer exists.
+		c.stateHeld = slices.DeleteFunc(c.stateHeld, func(h heldState) bool { return h.typ == ev.Type })
+		if len(c.stateHeld) >= maxHeldStates {
+			c.stateHeld = c.stateHeld[1:]
+		}
+		c.stateHeld = append(c.stateHeld, heldState{typ: ev.Type, data: data})
+		return
+	}
+	_ = c.peer.SendState(ev.Type, data)
+}
+
+// onInput handles one message from the control or pointer channel (Pion's
+// reader of that channel calls it, one message at a time): decode, check
+// the identity against this connection's grant, submit. A refused message
+// is answered with a rejected ack on control and never submitted.
+func (c *conn) onInput(channel string, b []byte) {
+	c.mu.Lock()
+	in, p, ended, connGen := c.input, c.peer, c.inputClosed, c.connGen
+	c.mu.Unlock()
+	if p == nil {
+		return // channels exist only once hello made the peer
+	}
+	e, err := wire.Decode(channel, b)
+	if err == nil {
+		switch {
+		case in == nil || ended:
+			err = &wire.Error{Code: wire.CodeStaleGeneration, Message: "this connection's producer has ended"}
+		default:
+			err = checkIdentity(e, c.sessionID, p.ID(), connGen, in)
+		}
+	}
+	if err != nil {
+		var rev uint64
+		if in != nil {
+			rev = in.PageRevision()
+		}
+		// Codes only: envelopes may carry typed text.
+		c.log.Debug("input refused", "channel", channel, "code", wire.CodeOf(err))
+		c.sendAck(p, wire.Reject(e.ActionID, err, rev))
+		return
+	}
+	in.Submit(e, func(a wire.Ack) { c.sendAck(p, a) })
+}
+
+// checkIdentity refuses an envelope that does not name this connection's
+// session, peer and producer (wrong_identity) or names an older generation
+// of them (stale_generation).
+func checkIdentity(e wire.Envelope, sessionID, peerID string, connGen uint64, in Input) error {
+	id, gen := in.Producer()
+	switch {
+	case e.BrowserSessionID != sessionID || e.PeerID != peerID || e.ProducerID != id:
+		return &wire.Error{Code: wire.CodeWrongIdentity, Message: "browserSessionId, peerId or producerId is not this connection's"}
+	case e.ConnectionGeneration != connGen:
+		return &wire.Error{Code: wire.CodeStaleGeneration, Message: "connectionGeneration is not this connection's"}
+	case e.ProducerGeneration != gen:
+		return &wire.Error{Code: wire.CodeStaleGeneration, Message: "producerGeneration is not the current one"}
+	}
+	return nil
+}
+
+// sendAck queues an ack on p's control channel; it never blocks. An ack
+// the viewer could not receive (a result over its max-message-size) is
+// replaced by a too_large rejection.
+func (c *conn) sendAck(p *peer.Peer, a wire.Ack) {
+	data, err := wire.EncodeAck(a)
+	if err != nil {
+		c.log.Error("encode ack", "err", err)
+		return
+	}
+	if limit := p.RemoteMaxMessageSize(); limit > 0 && len(data) > limit {
+		data, err = wire.EncodeAck(wire.Ack{ActionID: a.ActionID, Status: wire.StatusRejected,
+			Code: wire.CodeTooLarge, Message: "the result is larger than the viewer accepts",
+			ActionRevision: a.ActionRevision, PageRevision: a.PageRevision})
+		if err != nil {
+			return
+		}
+	}
+	// ErrClosed / ErrUnhealthy: the peer is ending and the viewer with it.
+	_ = p.SendControl(data)
+}
+
+// onChannel: a closed control or pointer channel ends the producer.
+func (c *conn) onChannel(label string, open bool) {
+	if !open && (label == peer.ChannelControl || label == peer.ChannelPointer) {
+		c.endInput(label + " channel closed")
+	}
+}
+
+// onUnhealthy: the viewer does not read its acks; the peer is closing.
+func (c *conn) onUnhealthy(reason string) {
+	c.sendError(CodeSlowConsumer, "the viewer does not read its control channel")
+	c.endInput("unhealthy: " + reason)
+}
+
+// endInput closes the producer exactly once, whatever ended it first: the
+// socket, the peer, or its control or pointer channel.
+func (c *conn) endInput(reason string) {
+	c.inputEndOnce.Do(func() {
+		c.mu.Lock()
+		in := c.input
+		c.inputClosed = true
+		c.mu.Unlock()
+		if in != nil {
+			c.log.Info("input producer ended", "reason", reason)
+			in.Close()
+		}
+	})
+}
