@@ -385,7 +385,10 @@ func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply 
 	if !d.roomLocked(p, size) {
 		return reject(action.CodeQueueFull, "action queue full")
 	}
-	if !p.take(now, d.cfg.Burst, d.cfg.RatePerSec) {
+	// Releases are never charged: refusing a key_up or pointer_up would
+	// leave input held, and each one follows a charged press anyway, so a
+	// typist gets a keystroke per credit rather than half of one.
+	if !isRelease(a) && !p.take(now, d.cfg.Burst, d.cfg.RatePerSec) {
 		return reject(action.CodeRateLimited, "rate limited")
 	}
 	gen.lastControl++
@@ -540,3 +543,5 @@ func (d *Dispatcher) idle() <-chan struct{} {
 	d.kickLocked()
 	return ch
 }
+
+func isRelease(a action.Action) bool { return a.Kind == action.KeyUp || a.Kind == action.PointerUp }

@@ -147,6 +147,14 @@ func TestRateLimit(t *testing.T) {
 	if got := send(); got.Code != action.CodeRateLimited {
 		t.Fatalf("after renew: %+v", got)
 	}
+	// Releases are never charged: with the bucket empty, a key_up and a
+	// pointer_up still get through.
+	for i, a := range []action.Action{{Kind: action.KeyUp, Key: "a", Code: "KeyA"}, {Kind: action.PointerUp, X: 0.5, Y: 0.5, Button: "left"}} {
+		if got := first(t, h.ctl(p, seq+1, fmt.Sprint("rel", i), a)); got.Status != StatusAccepted {
+			t.Fatalf("release %s with an empty bucket: %+v", a.Kind, got)
+		}
+		seq++
+	}
 	// Refill stops at the burst.
 	h.clock.Advance(time.Hour)
 	accept(16)
