@@ -18,12 +18,14 @@ import (
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/appliance/web"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/httpapi"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/signaling"
 	"github.com/tabcast/tabcast/core/supervisor"
+	"github.com/tabcast/tabcast/core/wire"
 	"github.com/tabcast/tabcast/plugins"
 	"github.com/tabcast/tabcast/plugins/capture"
 	"github.com/tabcast/tabcast/plugins/encoder"
@@ -326,3 +328,39 @@ func (m mediaAdapter) Subscribe(codec string) (webrtc.TrackLocal, func(), error)
 	}
 	return t, release, err
 }
+
+// OpenInput grants the viewer a human producer on the session's dispatcher.
+func (m mediaAdapter) OpenInput(owner string, onState func(signaling.StateEvent)) (signaling.Input, error) {
+	p, err := m.s.OpenProducer(dispatch.KindHuman, owner, func(ev session.StateEvent) {
+		onState(signaling.StateEvent{Type: ev.Type, Payload: ev.Payload})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", signaling.ErrNotInteractive, err)
+	}
+	return inputAdapter{p}, nil
+}
+
+// inputAdapter carries wire envelopes to a session producer and its acks
+// back; the two sides mirror each other field for field.
+type inputAdapter struct{ p *session.Producer }
+
+func (a inputAdapter) Producer() (string, uint64) {
+	g := a.p.Grant()
+	return g.ID, g.Generation
+}
+
+func (a inputAdapter) PageRevision() uint64 { return a.p.PageRevision() }
+
+func (a inputAdapter) Submit(e wire.Envelope, reply func(wire.Ack)) {
+	a.p.Submit(dispatch.Envelope{
+		ProducerID: e.ProducerID, ProducerGeneration: e.ProducerGeneration,
+		ControlSeq: e.ControlSeq, PointerSeq: e.PointerSeq, ActionID: e.ActionID, Action: e.Action,
+	}, func(k dispatch.Ack) {
+		reply(wire.Ack{
+			ActionID: k.ActionID, Status: k.Status, Code: k.Code, Message: k.Message,
+			ActionRevision: k.ActionRevision, PageRevision: k.PageRevision, Result: k.Result,
+		})
+	})
+}
+
+func (a inputAdapter) Close() { a.p.Close() }

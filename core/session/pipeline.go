@@ -77,14 +77,15 @@ func (p *pipeline) stop() {
 // requests (viewer PLI/FIR) are dropped when one was granted within
 // keyframeMinGap; a new viewer's request is never dropped.
 func (p *pipeline) requestKeyframe(rateLimited bool) {
-	now := time.Now().UnixNano()
+	// Unlimited requests (a new viewer, a fresh encoder) do not count
+	// against the PLI budget: the viewer's transport may not be up yet when
+	// they are served, and its own request once connected must get through.
 	if rateLimited {
+		now := time.Now().UnixNano()
 		last := p.lastKFNanos.Load()
 		if now-last < int64(keyframeMinGap) || !p.lastKFNanos.CompareAndSwap(last, now) {
 			return
 		}
-	} else {
-		p.lastKFNanos.Store(now)
 	}
 	p.keyframe.Store(true)
 	select {

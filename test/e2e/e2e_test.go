@@ -100,7 +100,7 @@ func viewerBrowser(t *testing.T) context.Context {
 func waitEval[T any](ctx context.Context, expr string, ok func(T) bool, timeout time.Duration) (T, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
 		if err == nil && ok(v) {
 			return v, nil
 		}
