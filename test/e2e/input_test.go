@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,8 +38,8 @@ txt.onpaste = e => say('pasted:' + e.clipboardData.getData('text/plain'));
 rng.oninput = () => say('range:' + rng.value);
 cf.onclick = () => say('confirm:' + confirm('sure?'));
 addEventListener('scroll', () => say('scroll:' + Math.round(scrollY)));
-addEventListener('keyup', e => { if (e.key === 'Shift') say('shift-up') });
-addEventListener('mouseup', () => { if (document.title === 'held') say('mouse-up') });
+addEventListener('keyup', e => { if (e.key === 'Shift') say('shift-up:' + Date.now()) });
+addEventListener('mouseup', () => { if (document.title === 'held') say('mouse-up:' + Date.now()) });
 addEventListener('mousedown', e => { if (e.target === document.documentElement || e.target === document.body) say('held') });
 </script>`
 
@@ -101,6 +102,18 @@ func (in *interactive) title(t *testing.T, ok func(string) bool, timeout time.Du
 }
 
 func is(want string) func(string) bool { return func(s string) bool { return s == want } }
+
+func hasPrefix(p string) func(string) bool { return func(s string) bool { return strings.HasPrefix(s, p) } }
+
+// pageStamp reads the Date.now() a fixture title ends with.
+func pageStamp(t *testing.T, title string) time.Time {
+	t.Helper()
+	var ms int64
+	if _, err := fmt.Sscanf(title[strings.IndexByte(title, ':')+1:], "%d", &ms); err != nil {
+		t.Fatalf("no time stamp in %q", title)
+	}
+	return time.UnixMilli(ms)
+}
 
 // videoPoint maps a point of the streamed page (CSS pixels of the 1280x720
 // viewport) to client coordinates on the panel's video element.
@@ -222,6 +235,25 @@ func TestInputThroughThePanel(t *testing.T) {
 		in.title(t, is("pasted:from the viewer"), 5*time.Second)
 	})
 
+	t.Run("a held button without renewal is released by the watchdog", func(t *testing.T) {
+		// Sent straight through the panel's API: no heartbeats follow, as
+		// from a viewer that froze while holding the button.
+		ack, err := chromedp.Run(in.bctx, chromedp.Evaluate[string](`(async () => { const a = await window.tabcast.send('pointer_down', {x: 0.25, y: 0.85, button: 'left', clickCount: 1});
+			return a ? a.status : 'none' })()`, chromedp.EvalAwaitPromise))
+		if err != nil || ack != "completed" {
+			t.Fatalf("pointer_down: %q %v", ack, err)
+		}
+		held := time.Now()
+		in.title(t, is("held"), 2*time.Second)
+		// The page stamps the release itself (the title reaches us up to a
+		// second late).
+		if d := pageStamp(t, in.title(t, hasPrefix("mouse-up:"), 8*time.Second)).Sub(held); d > 6*time.Second {
+			t.Errorf("button released %v after the press, want within 6 s", d)
+		} else {
+			t.Logf("watchdog released the button %v after the press", d.Round(10*time.Millisecond))
+		}
+	})
+
 	t.Run("policy refusals come back with their codes", func(t *testing.T) {
 		for _, c := range []struct{ kind, fields, code string }{
 			{"key_down", `{key: 'o', code: 'KeyO', modifiers: 2}`, "shortcut_blocked"},
@@ -233,6 +265,25 @@ func TestInputThroughThePanel(t *testing.T) {
 			if err != nil || ack != "rejected:"+c.code {
 				t.Errorf("%s %s: ack %q (%v), want rejected:%s", c.kind, c.fields, ack, err, c.code)
 			}
+		}
+	})
+
+	// Last: this one ends the viewer.
+	t.Run("a held key is released when the viewer dies", func(t *testing.T) {
+		ack, err := chromedp.Run(in.bctx, chromedp.Evaluate[string](`(async () => { const a = await window.tabcast.send('key_down', {key: 'Shift', code: 'ShiftLeft', modifiers: 8});
+			return a ? a.status : 'none' })()`, chromedp.EvalAwaitPromise))
+		if err != nil || ack != "completed" {
+			t.Fatalf("key_down Shift: %q %v", ack, err)
+		}
+		// Kill the viewer's browser outright: no goodbye on any channel.
+		killed := time.Now()
+		if err := chromedp.Cancel(in.bctx); err != nil {
+			t.Fatal(err)
+		}
+		if d := pageStamp(t, in.title(t, hasPrefix("shift-up:"), 3*time.Second)).Sub(killed); d > time.Second {
+			t.Errorf("keyup reached the page %v after the viewer died, want within 1 s", d)
+		} else {
+			t.Logf("keyup reached the page %v after the viewer died", d.Round(10*time.Millisecond))
 		}
 	})
 }
