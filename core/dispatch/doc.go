@@ -87,7 +87,8 @@
 // than the byte budget is admitted only into an empty session queue, so a
 // 1 MiB text_insert is possible. Per producer a token bucket (burst 16,
 // refill 8/s): every accepted control action and wheel costs one credit;
-// pointer_move and heartbeat cost nothing; refused messages cost nothing.
+// pointer_move, heartbeat and releases (key_up, pointer_up: refusing one
+// would leave input held) cost nothing; refused messages cost nothing.
 // Clients should accumulate wheel deltas to a few messages per second.
 //
 // # The worker
