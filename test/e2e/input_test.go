@@ -103,7 +103,9 @@ func (in *interactive) title(t *testing.T, ok func(string) bool, timeout time.Du
 
 func is(want string) func(string) bool { return func(s string) bool { return s == want } }
 
-func hasPrefix(p string) func(string) bool { return func(s string) bool { return strings.HasPrefix(s, p) } }
+func hasPrefix(p string) func(string) bool {
+	return func(s string) bool { return strings.HasPrefix(s, p) }
+}
 
 // pageStamp reads the Date.now() a fixture title ends with.
 func pageStamp(t *testing.T, title string) time.Time {
