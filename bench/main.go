@@ -49,13 +49,14 @@ type codecResult struct {
 }
 
 type report struct {
-	Name      string        `json:"name"`
-	When      time.Time     `json:"when"`
-	Machine   string        `json:"machine"`
-	Size      string        `json:"size"`
-	TargetFPS int           `json:"targetFps"`
-	Duration  string        `json:"duration"`
-	Codecs    []codecResult `json:"codecs"`
+	Name      string         `json:"name"`
+	When      time.Time      `json:"when"`
+	Machine   string         `json:"machine"`
+	Size      string         `json:"size"`
+	TargetFPS int            `json:"targetFps"`
+	Duration  string         `json:"duration"`
+	Codecs    []codecResult  `json:"codecs"`
+	Latency   *latencyReport `json:"latency,omitempty"`
 }
 
 func main() {
@@ -81,6 +82,10 @@ func run(name string, dur time.Duration) error {
 
 	rep := report{Name: name, When: time.Now().UTC(), Machine: fmt.Sprintf("%s/%s, %d cores", runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
 		Size: "1280x720", TargetFPS: 24, Duration: dur.String()}
+	// First, while no other appliance runs: its own appliance and browsers.
+	if rep.Latency, err = latencyBench(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: latency:", err)
+	}
 	a, err := harness.Start(ctx, tmp, "browser.startURL="+page.URL, "video.fps=24", "video.bitrateKbps=2500")
 	if err != nil {
 		return err
@@ -216,4 +221,5 @@ func printReport(r report) {
 	row("encode CPU ms/frame: ffmpeg CLI baseline", func(c codecResult) string { return fmt.Sprintf("%.2f", c.CLIMsPerFrame) })
 	row("ours / CLI (%)", func(c codecResult) string { return fmt.Sprintf("%.0f", c.OwnToCLIPercent) })
 	fmt.Println()
+	printLatency(r.Latency)
 }
