@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -343,5 +345,71 @@ func TestNoChildSurvivesTheCore(t *testing.T) {
 	// The port is free again: nothing kept the core's listener alive.
 	if _, err := net.Dial("tcp", strings.TrimPrefix(a.URL, "http://")); err == nil {
 		t.Errorf("something still listens on %s", a.URL)
+	}
+}
+
+// TestStreamSurvivesPluginCrashes SIGKILLs the capture and the encoder
+// plugin while a viewer watches: the supervisor restarts them and the
+// session's pipelines reattach, so frames keep coming.
+func TestStreamSurvivesPluginCrashes(t *testing.T) {
+	p := pages(t)
+	a := startAppliance(t, p.URL+"/anim")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s, err := a.DefaultSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginPID := func(name string) int {
+		for _, pid := range harness.Descendants(a.Cmd.Process.Pid) {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == name {
+				return pid
+			}
+		}
+		return 0
+	}
+	var (
+		mu     sync.Mutex
+		frames []time.Time
+	)
+	done := make(chan error, 1)
+	go func() {
+		_, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, SessionID: s.ID, Codec: "vp8", For: 12 * time.Second,
+			OnFrame: func(f viewer.Frame) { mu.Lock(); frames = append(frames, f.Arrived); mu.Unlock() }})
+		done <- err
+	}()
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(frames) }
+	waitFrames := func(n int, what string) {
+		deadline := time.Now().Add(8 * time.Second)
+		for count() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d frames, want %d\n%s", what, count(), n, a.LogTail(3000))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFrames(10, "before the crashes")
+	for _, name := range []string{"encoder-ffmpeg", "capture-cdp"} {
+		pid := pluginPID(name)
+		if pid == 0 {
+			t.Fatalf("no %s process under the core", name)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		killed, before := time.Now(), count()
+		waitFrames(before+10, "after killing "+name)
+		mu.Lock()
+		var gap time.Duration // the longest pause in the picture around the crash
+		for i := 1; i < len(frames); i++ {
+			if frames[i].After(killed) {
+				gap = max(gap, frames[i].Sub(frames[i-1]))
+			}
+		}
+		mu.Unlock()
+		t.Logf("%s killed: longest pause in the picture %v", name, gap.Round(time.Millisecond))
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
