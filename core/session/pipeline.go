@@ -96,15 +96,25 @@ func (p *pipeline) requestKeyframe(rateLimited bool) {
 
 func (p *pipeline) run(ctx context.Context) {
 	defer close(p.done)
+	retry(ctx, p.encodeLoop, func(err error) {
+		p.restarts.Add(1)
+		p.s.log.Warn("encode pipeline restarting", "codec", p.codec, "err", err)
+	})
+}
+
+// retry runs once until ctx ends, with a backoff of 100 ms doubling to 2 s
+// between attempts (reset after a run of 10 s), reporting each end to
+// ended. Plugin restarts make capture and encode streams end; this is how
+// they come back.
+func retry(ctx context.Context, once func(context.Context) error, ended func(error)) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		started := time.Now()
-		err := p.encodeLoop(ctx)
+		err := once(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		p.restarts.Add(1)
-		p.s.log.Warn("encode pipeline restarting", "codec", p.codec, "err", err)
+		ended(err)
 		if time.Since(started) > 10*time.Second {
 			backoff = 100 * time.Millisecond
 		}

@@ -188,27 +188,12 @@ func (s *Session) stopCaptureIfIdleLocked() <-chan struct{} {
 }
 
 func (s *Session) captureLoop(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		started := time.Now()
-		err := s.captureOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
+	retry(ctx, s.captureOnce, func(err error) {
 		if err != nil {
 			s.captureErr.Store(err.Error())
 			s.log.Warn("capture stream ended", "err", err)
 		}
-		if time.Since(started) > 10*time.Second {
-			backoff = 100 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 2*time.Second)
-	}
+	})
 }
 
 func (s *Session) captureOnce(ctx context.Context) error {

@@ -29,22 +29,11 @@ import (
 var clips = map[string]*peertest.Clip{}
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "signaling-test-")
-	if err != nil {
+	var err error
+	if clips, err = peertest.EncodeAll(2, "vp8", "h264"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	for _, c := range []string{"vp8", "h264"} {
-		clip, err := peertest.Encode(ctx, dir, c, 2)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		clips[c] = clip
-	}
-	cancel()
-	_ = os.RemoveAll(dir)
 	goleak.VerifyTestMain(m)
 }
 

@@ -236,3 +236,25 @@ func (s *Source) Stop() {
 	s.cancel()
 	<-s.done
 }
+
+// EncodeAll makes one clip of seconds per codec in a temporary directory
+// that is removed again (the clips are held in memory): what the test
+// packages' TestMain functions need.
+func EncodeAll(seconds int, codecs ...string) (map[string]*Clip, error) {
+	dir, err := os.MkdirTemp("", "peertest-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out := map[string]*Clip{}
+	for _, c := range codecs {
+		clip, err := Encode(ctx, dir, c, seconds)
+		if err != nil {
+			return nil, err
+		}
+		out[c] = clip
+	}
+	return out, nil
+}
