@@ -133,8 +133,18 @@ func NewMediaEngine() (*webrtc.MediaEngine, error) {
 			return nil, fmt.Errorf("register codec %s: %w", c.MimeType, err)
 		}
 	}
+	// Playout delay lets the appliance ask receivers to render every frame
+	// at once (min = max = 0): a remote browser is interactive, and Chrome's
+	// smoothing otherwise holds some frames for a few hundred ms.
+	if err := me.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: PlayoutDelayURI}, webrtc.RTPCodecTypeVideo); err != nil {
+		return nil, fmt.Errorf("register playout-delay extension: %w", err)
+	}
 	return me, nil
 }
+
+// PlayoutDelayURI names the RTP header extension that carries a sender's
+// playout delay bounds.
+const PlayoutDelayURI = "http://www.webrtc.org/experiments/rtp-hdrext/playout-delay"
 
 // NewFactory builds the shared webrtc.API.
 func NewFactory(cfg Config) (*Factory, error) {

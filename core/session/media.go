@@ -8,6 +8,7 @@ import (
 	"github.com/pion/rtp"
 	"github.com/pion/rtp/codecs"
 	"github.com/pion/webrtc/v4"
+	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/plugins/capture"
 )
 
@@ -56,7 +57,7 @@ const rtpClock = 90000
 // the whole pause, and receivers' jitter buffers would misjudge the frame
 // timing. Here the RTP timestamp is the send time on a 90 kHz clock.
 type rtpWriter struct {
-	track      *webrtc.TrackLocalStaticRTP
+	track      *videoTrack
 	packetizer rtp.Packetizer
 	start      time.Time
 	lastTS     uint32
@@ -81,10 +82,11 @@ func newRTPWriter(codec, sessionID string) (*rtpWriter, error) {
 		capab = webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: rtpClock}
 		pay = &codecs.VP8Payloader{EnablePictureID: true}
 	}
-	track, err := webrtc.NewTrackLocalStaticRTP(capab, "video", "tabcast-"+sessionID)
+	inner, err := webrtc.NewTrackLocalStaticRTP(capab, "video", "tabcast-"+sessionID)
 	if err != nil {
 		return nil, err
 	}
+	track := &videoTrack{TrackLocalStaticRTP: inner, playout: map[string]uint8{}}
 	return &rtpWriter{
 		track:      track,
 		packetizer: rtp.NewPacketizer(maxRTPPayload, 0, 0, pay, rtp.NewRandomSequencer(), rtpClock),
@@ -100,11 +102,66 @@ func (w *rtpWriter) write(data []byte, now time.Time) error {
 	}
 	w.lastTS, w.wrote = ts, true
 	var firstErr error
+	playout := w.track.playoutID()
 	for _, p := range w.packetizer.Packetize(data, 0) {
 		p.Timestamp = ts
+		if playout != 0 {
+			// min = max = 0 (12 bits each, in 10 ms units): render at once.
+			_ = p.Header.SetExtension(playout, []byte{0, 0, 0})
+		}
 		if err := w.track.WriteRTP(p); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
 	return firstErr
+}
+
+// videoTrack is the shared RTP track of one codec. It remembers which
+// header-extension id each viewer negotiated for playout delay, so every
+// packet can ask for immediate rendering.
+type videoTrack struct {
+	*webrtc.TrackLocalStaticRTP
+
+	mu      sync.RWMutex
+	playout map[string]uint8 // binding id → extension id (0: not negotiated)
+}
+
+func (t *videoTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameters, error) {
+	p, err := t.TrackLocalStaticRTP.Bind(ctx)
+	if err != nil {
+		return p, err
+	}
+	var id uint8
+	for _, e := range ctx.HeaderExtensions() {
+		if e.URI == peer.PlayoutDelayURI {
+			id = uint8(e.ID)
+		}
+	}
+	t.mu.Lock()
+	t.playout[ctx.ID()] = id
+	t.mu.Unlock()
+	return p, nil
+}
+
+func (t *videoTrack) Unbind(ctx webrtc.TrackLocalContext) error {
+	t.mu.Lock()
+	delete(t.playout, ctx.ID())
+	t.mu.Unlock()
+	return t.TrackLocalStaticRTP.Unbind(ctx)
+}
+
+// playoutID is the extension id every bound viewer agreed on, or 0. The
+// appliance offers and all its peers share one media engine, so the ids
+// agree; a packet written to all viewers can carry only one.
+func (t *videoTrack) playoutID() uint8 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var id uint8
+	for _, x := range t.playout {
+		if x == 0 || (id != 0 && x != id) {
+			return 0
+		}
+		id = x
+	}
+	return id
 }
