@@ -75,6 +75,9 @@ type Sessions struct {
 	OpenDefault bool `koanf:"openDefault"`
 	Max         int  `koanf:"max"`
 	MaxViewers  int  `koanf:"maxViewers"`
+	// IdleReclaim closes a session nobody watches or drives for this long
+	// (0 = never).
+	IdleReclaim time.Duration `koanf:"idleReclaim"`
 }
 
 // Video is the encoded stream.

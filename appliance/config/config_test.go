@@ -41,7 +41,7 @@ func wantDefaults() *Config {
 			Width:        1280,
 			Height:       720,
 		},
-		Sessions: Sessions{OpenDefault: true, Max: 4, MaxViewers: 4},
+		Sessions: Sessions{OpenDefault: true, Max: 4, MaxViewers: 4, IdleReclaim: 2 * time.Minute},
 		Video: Video{
 			Codec:            "auto",
 			FPS:              24,

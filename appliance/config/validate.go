@@ -94,6 +94,9 @@ func validate(cfg *Config, origin func(string) string) []error {
 
 	c.intRange("sessions.max", cfg.Sessions.Max, 1, 64)
 	c.intRange("sessions.maxViewers", cfg.Sessions.MaxViewers, 1, 64)
+	if d := cfg.Sessions.IdleReclaim; d != 0 {
+		c.durRange("sessions.idleReclaim", d, time.Second, 24*time.Hour)
+	}
 
 	v := cfg.Video
 	c.enum("video.codec", v.Codec, "auto", "h264", "vp8")
