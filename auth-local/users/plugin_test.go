@@ -1,0 +1,121 @@
+package users
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"go.uber.org/goleak"
+
+	"github.com/tabcast/tabcast/plugins"
+	"github.com/tabcast/tabcast/plugins/auth"
+	"github.com/tabcast/tabcast/plugins/base"
+)
+
+// TestThroughPluginProcess builds the real plugin binary and drives it the
+// way the core does: go-plugin, gRPC, AutoMTLS.
+func TestThroughPluginProcess(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "auth-local")
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/tabcast/tabcast/auth-local").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  plugins.Handshake,
+		VersionedPlugins: map[int]plugin.PluginSet{1: {plugins.KindAuth: &auth.Plugin{}}},
+		Cmd:              exec.Command(bin),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		Logger:           hclog.NewNullLogger(),
+	})
+	defer client.Kill()
+	rpc, err := client.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := rpc.Dispense(plugins.KindAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, ok := raw.(*auth.Client)
+	if !ok {
+		t.Fatalf("dispensed %T", raw)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	info, err := ac.Info(ctx)
+	if err != nil || info.Name != "auth-local" || info.Kind != "auth" || info.APIVersion != 1 || info.Capabilities["roles"] != "admin,operator,viewer" {
+		t.Fatalf("Info = %+v, %v", info, err)
+	}
+	usersFile, pwFile := filepath.Join(dir, "users.yaml"), filepath.Join(dir, "initial-admin-password")
+	err = ac.SetConfig(ctx, []byte(fmt.Sprintf(`{"usersFile": %q, "maxFailurs": 3}`, usersFile)))
+	if ce, ok := base.AsConfigError(err); !ok || ce.Key != "maxFailurs" {
+		t.Fatalf("SetConfig with a typo = %v, want a ConfigError for maxFailurs", err)
+	}
+	err = ac.SetConfig(ctx, []byte(fmt.Sprintf(`{"usersFile": %q, "lockoutBase": "forever"}`, usersFile)))
+	if ce, ok := base.AsConfigError(err); !ok || ce.Key != "lockoutBase" {
+		t.Fatalf("SetConfig with a bad duration = %v, want a ConfigError for lockoutBase", err)
+	}
+	if err := ac.SetConfig(ctx, []byte(fmt.Sprintf(`{"usersFile": %q, "initialPasswordFile": %q, "maxFailures": 2}`, usersFile, pwFile))); err != nil {
+		t.Fatal(err)
+	}
+
+	// First start: the plugin created admin; its password is in the file.
+	pw, err := os.ReadFile(pwFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r, err := ac.Authenticate(ctx, auth.Request{Username: "admin", Password: []byte(strings.TrimSpace(string(pw))), SourceIP: "127.0.0.1"})
+	if want := (auth.Result{OK: true, UserID: "admin", Roles: []string{"admin"}, MustChangePassword: true}); err != nil || !reflect.DeepEqual(r, want) {
+		t.Fatalf("admin login = %+v, %v; want %+v", r, err, want)
+	}
+	t.Logf("a login through the plugin process took %v", time.Since(start).Round(time.Millisecond))
+
+	// The CLI changes the password through the same file; the plugin sees it.
+	st, err := Open(usersFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.params = testParams
+	if err := st.SetPassword("admin", "the new admin password", false); err != nil {
+		t.Fatal(err)
+	}
+	r, err = ac.Authenticate(ctx, auth.Request{Username: "admin", Password: []byte("the new admin password"), SourceIP: "127.0.0.1"})
+	if err != nil || !r.OK || r.MustChangePassword {
+		t.Fatalf("login after passwd = %+v, %v", r, err)
+	}
+
+	for range 2 {
+		r, err = ac.Authenticate(ctx, auth.Request{Username: "admin", Password: []byte("wrong"), SourceIP: "127.0.0.2"})
+		if err != nil || r.OK || r.ErrorCode != auth.CodeInvalidCredentials {
+			t.Fatalf("wrong password = %+v, %v", r, err)
+		}
+	}
+	r, err = ac.Authenticate(ctx, auth.Request{Username: "admin", Password: []byte("the new admin password"), SourceIP: "127.0.0.3"})
+	if err != nil || r.ErrorCode != auth.CodeRateLimited || r.RetryAfter <= 0 || r.RetryAfter > time.Second {
+		t.Fatalf("after maxFailures = %+v, %v; want rate_limited within 1s", r, err)
+	}
+
+	if err := ac.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ac.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client.Kill()
+}
