@@ -5,10 +5,13 @@ package main
 
 import (
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 
 	"github.com/spf13/pflag"
 	"github.com/tabcast/tabcast/appliance/config"
@@ -27,6 +30,7 @@ Usage:
   tabcast doctor  [--json] [config flags]
   tabcast config check [config flags]
   tabcast config print [config flags]
+  tabcast users list|add|passwd|del ...   (local users: see tabcast users --help)
   tabcast version
 `
 
@@ -46,6 +50,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "config":
 		return cmdConfig(args[1:], stdout, stderr)
+	case "users":
+		return cmdUsers(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "tabcast", version)
 		return 0
@@ -104,4 +110,41 @@ func printConfigError(w io.Writer, err error) {
 	}
 	fmt.Fprintln(w, "tabcast: configuration is not valid:")
 	fmt.Fprintln(w, err)
+}
+
+// cmdUsers manages local users: the auth-local plugin owns the users file
+// and its format, so the command is its own (`auth-local users ...`), run
+// from the configured plugins directory with the configured users file.
+func cmdUsers(args []string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(config.Options{Defaults: defaultConfig, Environ: os.Environ()})
+	if err != nil {
+		printConfigError(stderr, err)
+		return 1
+	}
+	dir, err := pluginsDir(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "tabcast users:", err)
+		return 1
+	}
+	var pc struct {
+		UsersFile string `json:"usersFile"`
+	}
+	if b, err := cfg.PluginConfigJSON("auth-local"); err == nil {
+		_ = json.Unmarshal(b, &pc)
+	}
+	full := []string{"users"}
+	if pc.UsersFile != "" {
+		full = append(full, "--file", pc.UsersFile)
+	}
+	cmd := exec.Command(filepath.Join(dir, "auth-local"), append(full, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		fmt.Fprintln(stderr, "tabcast users:", err)
+		return 1
+	}
+	return 0
 }
