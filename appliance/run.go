@@ -156,11 +156,12 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	}
 	base := "http://" + ln.Addr().String()
 
-	a.browser, err = browser.Launch(ctx, browser.Options{
+	bopts := browser.Options{
 		Path: cfg.Browser.Path, Headless: cfg.Browser.Headless, NoSandbox: cfg.Browser.NoSandbox,
 		ExtraFlags:   append(append([]string{}, cfg.Browser.ExtraFlags...), flags...),
 		StartTimeout: cfg.Browser.StartTimeout, Logger: log.With("component", "browser"),
-	})
+	}
+	a.browser, err = browser.Launch(ctx, bopts)
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("start chromium: %w", err)
@@ -178,7 +179,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			Codec: cfg.Video.Codec, FPS: cfg.Video.FPS, BitrateKbps: cfg.Video.BitrateKbps,
 			KeyframeInterval: cfg.Video.KeyframeInterval, Hardware: cfg.Video.Hardware,
 		},
-		Input:  inputPolicy(cfg, ln.Addr().String()),
+		Input:       inputPolicy(cfg, ln.Addr().String()),
+		IdleReclaim: cfg.Sessions.IdleReclaim,
+		// After a Chromium crash the next new session launches a fresh one.
+		Launch: func(ctx context.Context) (session.Browser, error) { return browser.Launch(ctx, bopts) },
 		Logger: log.With("component", "session"),
 	}, a.browser, a.capture, a.encoder, a.codecs)
 	a.signal = signaling.NewHandler(signaling.Options{Sessions: sessionsAdapter{a.sessions}, Peers: a.peers, Logger: log.With("component", "signaling")})
@@ -200,7 +204,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			start = base + "/welcome"
 		}
 		cctx, cancel := context.WithTimeout(ctx, cfg.Browser.StartTimeout)
-		s, err := a.sessions.Create(cctx, session.CreateOptions{URL: start})
+		s, err := a.sessions.Create(cctx, session.CreateOptions{URL: start, KeepIdle: true})
 		cancel()
 		if err != nil {
 			log.Error("default session failed", "err", err)
@@ -215,8 +219,6 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		log.Info("shutting down")
 	case err := <-srvErr:
 		return fmt.Errorf("http server: %w", err)
-	case <-a.browser.Done():
-		log.Error("chromium exited", "err", a.browser.Err())
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -248,12 +250,9 @@ func (a *appliance) pluginFacts(ctx context.Context) ([]string, []encoder.Probe,
 	return flags, probes, nil
 }
 
+// ready reports whether new sessions can be served. A crashed Chromium does
+// not make the appliance unready: the next session relaunches it.
 func (a *appliance) ready() error {
-	select {
-	case <-a.browser.Done():
-		return errors.New("browser not running")
-	default:
-	}
 	for _, h := range []*supervisor.Handle{a.capture, a.encoder} {
 		if st := h.Status(); st.State != "running" {
 			return fmt.Errorf("plugin %s is %s", st.Name, st.State)

@@ -115,10 +115,10 @@ type Producer struct {
 // (the current state is delivered at once). onState must not block.
 func (s *Session) OpenProducer(kind, owner string, onState func(StateEvent)) (*Producer, error) {
 	s.mu.Lock()
-	ready := s.state == StateReady
+	st := s.state
 	s.mu.Unlock()
-	if !ready {
-		return nil, fmt.Errorf("%w: %s", ErrNotReady, s.state)
+	if st != StateReady {
+		return nil, fmt.Errorf("%w: %s", ErrNotReady, st)
 	}
 	p := &Producer{s: s, grant: s.disp.Grant(kind, owner)}
 	if onState != nil {

@@ -32,6 +32,9 @@ type Browser interface {
 	WSURL() string
 	NewPage(ctx context.Context, o browser.PageOptions) (*browser.Page, error)
 	Done() <-chan struct{}
+	// Close stops the browser; the manager calls it only on browsers it
+	// launched itself (Config.Launch), the caller closes the one it passed.
+	Close() error
 }
 
 // Video are the encode targets for every pipeline.
@@ -52,19 +55,34 @@ type Config struct {
 	// Input is the policy every producer's actions obey.
 	Input  input.Policy
 	Logger *slog.Logger
+	// IdleReclaim closes a ready session that had no viewer and no producer
+	// for this long (terminal reason idle_reclaimed). 0 = never.
+	IdleReclaim time.Duration
+	// TerminalTTL is how long a closed or failed session stays listed with
+	// its terminal snapshot; 0 means DefaultTerminalTTL.
+	TerminalTTL time.Duration
+	// Launch starts a new Chromium after the current one died, on the next
+	// Create. nil = no relaunch (Create then answers ErrUnavailable).
+	// Browsers it returns are owned (and closed) by the Manager.
+	Launch func(ctx context.Context) (Browser, error)
 }
+
+// DefaultTerminalTTL is how long terminal snapshots stay readable.
+const DefaultTerminalTTL = 5 * time.Minute
 
 // CreateOptions for one session; zero values take the configured defaults.
 type CreateOptions struct {
 	URL           string
 	Width, Height int
+	// KeepIdle exempts the session from idle reclaim: the appliance's
+	// default session stays open for whoever opens the panel next.
+	KeepIdle bool
 }
 
 // Manager owns every session.
 type Manager struct {
 	cfg     Config
 	log     *slog.Logger
-	browser Browser
 	capture PluginHandle
 	encoder PluginHandle
 	codecs  []string
@@ -72,6 +90,11 @@ type Manager struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// bmu serializes relaunches: concurrent Creates wait for one launch.
+	bmu     sync.Mutex
+	browser Browser   // current; guarded by bmu
+	owned   []Browser // launched by us, closed in Shutdown; guarded by bmu
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -84,6 +107,9 @@ func NewManager(cfg Config, b Browser, capturePlugin, encoderPlugin PluginHandle
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.TerminalTTL <= 0 {
+		cfg.TerminalTTL = DefaultTerminalTTL
+	}
 	if cfg.Video.Codec != "" && cfg.Video.Codec != "auto" {
 		codecs = slices.DeleteFunc(slices.Clone(codecs), func(c string) bool { return c != cfg.Video.Codec })
 	}
@@ -92,8 +118,9 @@ func NewManager(cfg Config, b Browser, capturePlugin, encoderPlugin PluginHandle
 		cfg: cfg, log: cfg.Logger, browser: b, capture: capturePlugin, encoder: encoderPlugin,
 		codecs: codecs, ctx: ctx, cancel: cancel, sessions: map[string]*Session{},
 	}
-	m.wg.Add(1)
-	go m.watchBrowser()
+	m.wg.Add(2)
+	go m.watchBrowser(b)
+	go m.janitor()
 	return m
 }
 
@@ -114,18 +141,95 @@ func Codecs(probes []encoder.Probe) []string {
 
 func (m *Manager) hasCodec(c string) bool { return slices.Contains(m.codecs, c) }
 
-// watchBrowser fails every live session when Chromium dies, so viewers
+// watchBrowser fails every live session of b when b dies, so viewers
 // learn at once instead of watching a frozen picture.
-func (m *Manager) watchBrowser() {
+func (m *Manager) watchBrowser(b Browser) {
 	defer m.wg.Done()
 	select {
 	case <-m.ctx.Done():
 		return
-	case <-m.browser.Done():
+	case <-b.Done():
 	}
 	m.log.Error("browser exited; failing its sessions")
+	var wg sync.WaitGroup
 	for _, s := range m.live() {
-		s.close(context.Background(), ReasonBrowserCrashed, true)
+		s.mu.Lock()
+		mine := s.browser == b
+		s.mu.Unlock()
+		if mine {
+			// In parallel: each close waits for its own goroutines, and
+			// every session must show its terminal state at once.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.close(context.Background(), ReasonBrowserCrashed, true)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// currentBrowser returns the running browser, relaunching a dead one when
+// Config.Launch allows it.
+func (m *Manager) currentBrowser(ctx context.Context) (Browser, error) {
+	m.bmu.Lock()
+	defer m.bmu.Unlock()
+	select {
+	case <-m.browser.Done():
+	default:
+		return m.browser, nil
+	}
+	if m.cfg.Launch == nil || m.ctx.Err() != nil {
+		return nil, ErrUnavailable
+	}
+	m.log.Info("relaunching browser")
+	nb, err := m.cfg.Launch(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: relaunch: %v", ErrUnavailable, err)
+	}
+	if i := slices.Index(m.owned, m.browser); i >= 0 {
+		// Dead already; Close reaps what is left and removes its profile.
+		if err := m.browser.Close(); err != nil {
+			m.log.Debug("close dead browser", "err", err)
+		}
+		m.owned = slices.Delete(m.owned, i, i+1)
+	}
+	m.browser = nb
+	m.owned = append(m.owned, nb)
+	m.wg.Add(1) // safe: Shutdown cancels m.ctx, checked above, under bmu
+	go m.watchBrowser(nb)
+	return nb, nil
+}
+
+// Browser returns the current browser (possibly dead until the next
+// Create relaunches it).
+func (m *Manager) Browser() Browser {
+	m.bmu.Lock()
+	defer m.bmu.Unlock()
+	return m.browser
+}
+
+// janitor removes terminal sessions once their snapshot is older than
+// Config.TerminalTTL.
+func (m *Manager) janitor() {
+	defer m.wg.Done()
+	ttl := m.cfg.TerminalTTL
+	t := time.NewTicker(min(max(ttl/4, 10*time.Millisecond), 30*time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case now := <-t.C:
+			for _, s := range m.live() {
+				s.mu.Lock()
+				ended := s.ended
+				s.mu.Unlock()
+				if !ended.IsZero() && now.Sub(ended) >= ttl {
+					m.remove(s.id)
+				}
+			}
+		}
 	}
 }
 
@@ -147,11 +251,6 @@ func newID() string {
 
 // Create opens a new isolated page and returns its session once ready.
 func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error) {
-	select {
-	case <-m.browser.Done():
-		return nil, ErrUnavailable
-	default:
-	}
 	if o.Width == 0 {
 		o.Width = m.cfg.Width
 	}
@@ -181,7 +280,16 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	m.order = append(m.order, id)
 	m.mu.Unlock()
 
-	page, err := m.browser.NewPage(ctx, browser.PageOptions{Width: o.Width, Height: o.Height, URL: o.URL})
+	b, err := m.currentBrowser(ctx)
+	if err != nil {
+		cancel()
+		m.remove(id)
+		return nil, err
+	}
+	s.mu.Lock()
+	s.browser = b
+	s.mu.Unlock()
+	page, err := b.NewPage(ctx, browser.PageOptions{Width: o.Width, Height: o.Height, URL: o.URL})
 	if err != nil {
 		cancel()
 		m.remove(id)
@@ -197,11 +305,23 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		return nil, fmt.Errorf("%w: input: %v", ErrUnavailable, err)
 	}
 	s.mu.Lock()
+	if s.state != StateStarting {
+		// Failed (browser crash) or shut down while starting.
+		st := s.state
+		s.mu.Unlock()
+		exec.Close()
+		_ = page.Close(ctx)
+		return nil, fmt.Errorf("%w: session %s while starting", ErrUnavailable, st)
+	}
 	s.page = page
 	s.exec = exec
 	s.disp = dispatch.New(dispatch.Config{Logger: s.log.With("component", "dispatch")}, exec)
 	s.state = StateReady
 	s.mu.Unlock()
+	if m.cfg.IdleReclaim > 0 && !o.KeepIdle {
+		m.wg.Add(1)
+		go s.idleLoop(m.cfg.IdleReclaim)
+	}
 	s.log.Info("session ready", "width", o.Width, "height", o.Height)
 	return s, nil
 }
@@ -244,11 +364,21 @@ func (m *Manager) Close(ctx context.Context, id string) error {
 	return nil
 }
 
-// Shutdown closes every session and stops the manager's goroutines.
+// Shutdown closes every session, stops the manager's goroutines and closes
+// the browsers it launched itself.
 func (m *Manager) Shutdown(ctx context.Context) {
 	for _, s := range m.live() {
 		s.close(ctx, ReasonShutdown, false)
 	}
 	m.cancel()
+	m.bmu.Lock()
+	owned := m.owned
+	m.owned = nil
+	m.bmu.Unlock()
+	for _, b := range owned {
+		if err := b.Close(); err != nil {
+			m.log.Debug("close browser", "err", err)
+		}
+	}
 	m.wg.Wait()
 }

@@ -34,6 +34,9 @@ const (
 	ReasonBrowserCrashed = "browser_crashed"
 	ReasonClosedByUser   = "closed_by_user"
 	ReasonShutdown       = "appliance_restarting"
+	// ReasonIdleReclaimed ends a session nobody watched or drove for
+	// Config.IdleReclaim; the state is closed (an orderly end), not failed.
+	ReasonIdleReclaimed = "idle_reclaimed"
 )
 
 // Errors with stable meaning at the API edge.
@@ -63,6 +66,8 @@ type Session struct {
 	wg     sync.WaitGroup
 
 	mu            sync.Mutex
+	browser       Browser   // the Chromium holding page; set once in Create
+	ended         time.Time // when the session became terminal
 	state         State
 	reason        string
 	url, title    string
@@ -206,7 +211,7 @@ func (s *Session) captureOnce(ctx context.Context) error {
 		return fmt.Errorf("capture plugin: client is %T, not a capturer", cl)
 	}
 	err = c.Stream(ctx, capture.Target{
-		SessionID: s.id, BrowserWSURL: s.m.browser.WSURL(), TargetID: s.page.TargetID(),
+		SessionID: s.id, BrowserWSURL: s.browser.WSURL(), TargetID: s.page.TargetID(),
 		Width: s.width, Height: s.height,
 	}, s.onFrame)
 	if err != nil && brokenPlugin(err) && ctx.Err() == nil {
@@ -286,6 +291,12 @@ func (s *Session) Snapshot() Snapshot {
 
 // Navigate loads url in the session's page, if the input policy allows it.
 func (s *Session) Navigate(ctx context.Context, url string) error {
+	s.mu.Lock()
+	st := s.state
+	s.mu.Unlock()
+	if st != StateReady {
+		return fmt.Errorf("%w: %s", ErrNotReady, st)
+	}
 	if err := s.m.cfg.Input.CheckURL(ctx, url); err != nil {
 		return err
 	}
@@ -304,6 +315,12 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 		return
 	}
 	s.state = StateClosing
+	if failed {
+		// Nothing orderly is left to do on a dead browser: show the terminal
+		// state now; cleanup below only reaps our own goroutines.
+		s.state = StateFailed
+		s.reason = reason
+	}
 	pipes := s.pipes
 	s.pipes = map[string]*pipeline{}
 	s.publishSlotsLocked()
@@ -327,7 +344,7 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	if done != nil {
 		<-done
 	}
-	if !failed {
+	if !failed && s.page != nil {
 		if err := s.page.Close(ctx); err != nil {
 			s.log.Debug("page close", "err", err)
 		}
@@ -339,5 +356,38 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	}
 	s.reason = reason
 	s.viewers = 0
+	s.ended = time.Now()
+	st := s.state
 	s.mu.Unlock()
+	s.log.Info("session ended", "state", st, "reason", reason)
+}
+
+// idleLoop closes the session once it has had no viewer and no producer
+// for d. It is owned by the Manager's WaitGroup (not the session's: it
+// calls close, which waits on the session's) and ends with the session.
+func (s *Session) idleLoop(d time.Duration) {
+	defer s.m.wg.Done()
+	t := time.NewTicker(min(max(d/4, 10*time.Millisecond), 5*time.Second))
+	defer t.Stop()
+	idleStart := time.Now()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			busy := s.viewers > 0 || s.hub.count() > 0
+			s.mu.Unlock()
+			switch {
+			case busy:
+				idleStart = time.Time{}
+			case idleStart.IsZero():
+				idleStart = now
+			case now.Sub(idleStart) >= d:
+				s.log.Info("reclaiming idle session", "idle", d)
+				s.close(context.Background(), ReasonIdleReclaimed, false)
+				return
+			}
+		}
+	}
 }

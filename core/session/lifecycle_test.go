@@ -1,0 +1,250 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/dispatch"
+	"go.uber.org/goleak"
+)
+
+// noPlugin stands in for the capture and encoder plugins: lifecycle tests
+// never start media, and a call would be a bug.
+type noPlugin struct{}
+
+func (noPlugin) Client(context.Context) (any, uint64, error) {
+	return nil, 0, errors.New("no plugin in lifecycle tests")
+}
+func (noPlugin) ReportFailure(uint64, error) {}
+
+func launch(ctx context.Context) (*browser.Browser, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return browser.Launch(ctx, browser.Options{Headless: true})
+}
+
+// newManager starts a real Chromium and a manager on it; cleanup shuts
+// both down and checks that no goroutine is left.
+func newManager(t *testing.T, cfg Config) (*Manager, *browser.Browser) {
+	t.Helper()
+	b, err := launch(context.Background())
+	if err != nil {
+		t.Fatalf("launch chromium: %v", err)
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = 4
+	}
+	if cfg.MaxViewers == 0 {
+		cfg.MaxViewers = 4
+	}
+	cfg.Width, cfg.Height = 640, 480
+	m := NewManager(cfg, b, noPlugin{}, noPlugin{}, []string{"vp8"})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		m.Shutdown(ctx)
+		_ = b.Close()
+		goleak.VerifyNone(t)
+	})
+	return m, b
+}
+
+func create(t *testing.T, m *Manager) *Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := m.Create(ctx, CreateOptions{URL: "about:blank"})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return s
+}
+
+// waitState polls the snapshot until it is in state st, for at most d.
+func waitState(t *testing.T, s *Session, st State, d time.Duration) Snapshot {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		snap := s.Snapshot()
+		if snap.State == st {
+			return snap
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s: state %s (reason %q) after %v, want %s", s.ID(), snap.State, snap.TerminalReason, d, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestCapacityAndTerminalSnapshots(t *testing.T) {
+	m, _ := newManager(t, Config{MaxSessions: 2, TerminalTTL: 300 * time.Millisecond})
+	a, b := create(t, m), create(t, m)
+
+	_, err := m.Create(context.Background(), CreateOptions{URL: "about:blank"})
+	if !errors.Is(err, ErrCapacity) {
+		t.Fatalf("third Create: %v, want ErrCapacity", err)
+	}
+	for _, s := range []*Session{a, b} {
+		if st := s.Snapshot().State; st != StateReady {
+			t.Fatalf("existing session %s is %s after a refused Create", s.ID(), st)
+		}
+	}
+
+	if err := m.Close(context.Background(), a.ID()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	got, err := m.Get(a.ID())
+	if err != nil {
+		t.Fatalf("Get after close: %v", err)
+	}
+	if snap := got.Snapshot(); snap.State != StateClosed || snap.TerminalReason != ReasonClosedByUser {
+		t.Fatalf("closed snapshot: %s/%q", snap.State, snap.TerminalReason)
+	}
+	if _, err := a.OpenProducer(dispatch.KindHuman, "t", nil); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("OpenProducer on closed session: %v", err)
+	}
+	if _, _, err := a.Subscribe("vp8"); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("Subscribe on closed session: %v", err)
+	}
+	if err := a.Navigate(context.Background(), "about:blank"); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("Navigate on closed session: %v", err)
+	}
+	// A closed session does not hold a slot.
+	c := create(t, m)
+
+	// The janitor drops the terminal snapshot after the TTL.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := m.Get(a.ID()); errors.Is(err, ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("closed session still listed 5 s after a 300 ms TTL")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(m.List()); n != 2 {
+		t.Fatalf("List has %d sessions, want the 2 live ones", n)
+	}
+	for _, s := range []*Session{b, c} {
+		if st := s.Snapshot().State; st != StateReady {
+			t.Fatalf("live session %s is %s after the janitor ran", s.ID(), st)
+		}
+	}
+}
+
+func TestIdleReclaim(t *testing.T) {
+	m, _ := newManager(t, Config{IdleReclaim: 300 * time.Millisecond})
+	idle, driven := create(t, m), create(t, m)
+	p, err := driven.OpenProducer(dispatch.KindHuman, "t", func(StateEvent) {})
+	if err != nil {
+		t.Fatalf("OpenProducer: %v", err)
+	}
+
+	snap := waitState(t, idle, StateClosed, 10*time.Second)
+	if snap.TerminalReason != ReasonIdleReclaimed {
+		t.Fatalf("idle session reason %q, want %q", snap.TerminalReason, ReasonIdleReclaimed)
+	}
+	// The driven one outlives several idle periods while it has a producer.
+	time.Sleep(time.Second)
+	if st := driven.Snapshot().State; st != StateReady {
+		t.Fatalf("session with a producer is %s", st)
+	}
+	p.Close()
+	snap = waitState(t, driven, StateClosed, 10*time.Second)
+	if snap.TerminalReason != ReasonIdleReclaimed {
+		t.Fatalf("released session reason %q", snap.TerminalReason)
+	}
+}
+
+// groupAlive lists live (non-zombie) processes in process group pgid.
+func groupAlive(pgid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(raw)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		var state string
+		var ppid, pg int
+		if _, err := fmt.Sscanf(s[i+2:], "%s %d %d", &state, &ppid, &pg); err != nil {
+			continue
+		}
+		if pg == pgid && state != "Z" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func TestBrowserCrashFailsSessionsAndRelaunches(t *testing.T) {
+	cfg := Config{Launch: func(ctx context.Context) (Browser, error) { return launch(ctx) }}
+	m, first := newManager(t, cfg)
+	a, b := create(t, m), create(t, m)
+
+	oldPID := first.PID()
+	if err := syscall.Kill(oldPID, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill chromium: %v", err)
+	}
+	killed := time.Now()
+	for _, s := range []*Session{a, b} {
+		snap := waitState(t, s, StateFailed, time.Second-time.Since(killed))
+		if snap.TerminalReason != ReasonBrowserCrashed {
+			t.Fatalf("session %s reason %q, want %q", s.ID(), snap.TerminalReason, ReasonBrowserCrashed)
+		}
+	}
+
+	// The next Create relaunches Chromium; concurrent ones share the launch.
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s, err := m.Create(ctx, CreateOptions{URL: "about:blank"})
+			if err == nil && s.Snapshot().State != StateReady {
+				err = fmt.Errorf("new session is %s", s.Snapshot().State)
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Create after crash: %v", err)
+		}
+	}
+	nb, ok := m.Browser().(*browser.Browser)
+	if !ok || nb == first || nb.PID() == oldPID {
+		t.Fatalf("browser was not relaunched")
+	}
+	if n := len(m.owned); n != 1 {
+		t.Fatalf("manager owns %d browsers, want the one relaunch", n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(groupAlive(oldPID)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("crashed chromium left processes: %v", groupAlive(oldPID))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The failed snapshots stay readable.
+	if got, err := m.Get(a.ID()); err != nil || got.Snapshot().State != StateFailed {
+		t.Fatalf("failed session not readable: %v", err)
+	}
+}

@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tabcast/tabcast/test/harness"
+)
+
+// waitSession polls GET /api/v1/sessions/{id} until ok says yes or d passed.
+func waitSession(ctx context.Context, t *testing.T, a *harness.Appliance, id string, d time.Duration, ok func(lifecycleSnap) bool) lifecycleSnap {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		s, err := getSession(ctx, a, id)
+		if err == nil && ok(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s after %v: %+v %v\n%s", id, d, s, err, a.LogTail(3000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// chromiumProcs maps the appliance's Chromium processes to their
+// --user-data-dir; browser marks the browser process (no --type=).
+func chromiumProcs(a *harness.Appliance) (procs map[int]string, browsers []int) {
+	procs = map[int]string{}
+	for _, pid := range harness.Descendants(a.Cmd.Process.Pid) {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		dir, typed := "", false
+		for _, arg := range args {
+			if v, ok := strings.CutPrefix(arg, "--user-data-dir="); ok {
+				dir = v
+			}
+			if strings.HasPrefix(arg, "--type=") {
+				typed = true
+			}
+		}
+		if dir == "" {
+			continue
+		}
+		procs[pid] = dir
+		if !typed {
+			browsers = append(browsers, pid)
+		}
+	}
+	return procs, browsers
+}
+
+// TestLifecycleChromiumCrash SIGKILLs Chromium's browser process: its
+// session goes failed/browser_crashed within 1 s, nothing of the old
+// Chromium survives, and a new session (on a relaunched Chromium) streams.
+func TestLifecycleChromiumCrash(t *testing.T) {
+	p := pages(t)
+	a := startAppliance(t, p.URL+"/anim", "sessions.max=2")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	def, err := a.DefaultSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, browsers := chromiumProcs(a)
+	if len(browsers) != 1 {
+		t.Fatalf("want one Chromium browser process, found %v (all: %v)", browsers, old)
+	}
+	oldDir := old[browsers[0]]
+	if err := syscall.Kill(browsers[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s := waitSession(ctx, t, a, def.ID, time.Second, func(s lifecycleSnap) bool { return s.State == "failed" })
+	if s.TerminalReason != "browser_crashed" {
+		t.Fatalf("crashed session reason %q, want browser_crashed", s.TerminalReason)
+	}
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var alive []int
+		for pid := range old {
+			if harness.Alive(pid) {
+				alive = append(alive, pid)
+			}
+		}
+		if len(alive) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("old Chromium processes alive 5 s after the crash: %v", alive)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	n, err := postSession(ctx, a, p.URL+"/anim")
+	if err != nil || n.State != "ready" {
+		t.Fatalf("session after the crash: %+v %v\n%s", n, err, a.LogTail(3000))
+	}
+	watchFrames(ctx, t, a, n.ID)
+	procs, browsers := chromiumProcs(a)
+	if len(browsers) != 1 || procs[browsers[0]] == oldDir {
+		t.Fatalf("want one relaunched Chromium with a fresh profile, found %v", procs)
+	}
+	// The failed session's terminal snapshot is still readable.
+	if s, err := getSession(ctx, a, def.ID); err != nil || s.State != "failed" {
+		t.Fatalf("failed snapshot: %+v %v", s, err)
+	}
+}
+
+// TestLifecycleIdleReclaim: with sessions.idleReclaim=1s a session nobody
+// watches is closed with idle_reclaimed; the appliance's default session
+// is kept for whoever opens the panel next.
+func TestLifecycleIdleReclaim(t *testing.T) {
+	p := pages(t)
+	a := startAppliance(t, p.URL+"/solid?c=336699", "sessions.idleReclaim=1s")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	def, err := a.DefaultSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := postSession(ctx, a, p.URL+"/solid?c=993366")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := waitSession(ctx, t, a, extra.ID, 15*time.Second, func(s lifecycleSnap) bool { return s.State == "closed" || s.State == "failed" })
+	if s.State != "closed" || s.TerminalReason != "idle_reclaimed" {
+		t.Fatalf("idle session: %+v, want closed/idle_reclaimed", s)
+	}
+	if d, err := getSession(ctx, a, def.ID); err != nil || d.State != "ready" {
+		t.Fatalf("default session after the idle time: %+v %v, want ready", d, err)
+	}
+}
