@@ -3,17 +3,14 @@ package users
 import (
 	"context"
 	"fmt"
+	"github.com/tabcast/tabcast/plugins/plugintest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
 	"go.uber.org/goleak"
 
 	"github.com/tabcast/tabcast/plugins"
@@ -27,29 +24,8 @@ func TestThroughPluginProcess(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "auth-local")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/tabcast/tabcast/auth-local").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  plugins.Handshake,
-		VersionedPlugins: map[int]plugin.PluginSet{1: {plugins.KindAuth: &auth.Plugin{}}},
-		Cmd:              exec.Command(bin),
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		Logger:           hclog.NewNullLogger(),
-	})
+	raw, client := plugintest.Dispense(t, "github.com/tabcast/tabcast/auth-local", plugins.KindAuth, auth.PluginSets(nil))
 	defer client.Kill()
-	rpc, err := client.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := rpc.Dispense(plugins.KindAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ac, ok := raw.(*auth.Client)
 	if !ok {
 		t.Fatalf("dispensed %T", raw)

@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/tabcast/tabcast/plugins/plugintest"
 	"image/jpeg"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,29 +26,8 @@ func TestThroughPluginProcess(t *testing.T) {
 	defer p.close()
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
-	bin := filepath.Join(t.TempDir(), "capture-cdp")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/tabcast/tabcast/capture-cdp").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  plugins.Handshake,
-		VersionedPlugins: map[int]plugin.PluginSet{1: {plugins.KindCapture: &capture.Plugin{}}},
-		Cmd:              exec.Command(bin),
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		Logger:           hclog.NewNullLogger(),
-	})
+	raw, client := plugintest.Dispense(t, "github.com/tabcast/tabcast/capture-cdp", plugins.KindCapture, capture.PluginSets(nil))
 	defer client.Kill()
-	rpc, err := client.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := rpc.Dispense(plugins.KindCapture)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cc, ok := raw.(*capture.Client)
 	if !ok {
 		t.Fatalf("dispensed %T", raw)

@@ -3,8 +3,8 @@ package ffenc
 import (
 	"context"
 	"encoding/json"
+	"github.com/tabcast/tabcast/plugins/plugintest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
 	"github.com/tabcast/tabcast/plugins"
 	"github.com/tabcast/tabcast/plugins/base"
 	"github.com/tabcast/tabcast/plugins/encoder"
@@ -248,32 +246,8 @@ func rss(t *testing.T) int64 {
 // gRPC, as the host does.
 func TestPluginProcess(t *testing.T) {
 	frames := fixtures(t)
-	bin := filepath.Join(t.TempDir(), "encoder-ffmpeg")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
-	}
-	build := exec.Command(goBin, "build", "-o", bin, "github.com/tabcast/tabcast/encoder-ffmpeg")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  plugins.Handshake,
-		VersionedPlugins: encoder.PluginSets(nil),
-		Cmd:              exec.Command(bin),
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		Logger:           hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn}),
-	})
+	raw, client := plugintest.Dispense(t, "github.com/tabcast/tabcast/encoder-ffmpeg", plugins.KindEncoder, encoder.PluginSets(nil))
 	defer client.Kill()
-	rpc, err := client.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := rpc.Dispense(plugins.KindEncoder)
-	if err != nil {
-		t.Fatal(err)
-	}
 	enc := raw.(encoder.Encoder)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
