@@ -320,10 +320,15 @@ func (m mediaAdapter) Codecs() []string { return m.s.Codecs() }
 
 func (m mediaAdapter) RequestKeyframe(codec string) { m.s.RequestKeyframe(codec) }
 
+func (m mediaAdapter) Done() <-chan struct{} { return m.s.Done() }
+
 func (m mediaAdapter) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
 	t, release, err := m.s.Subscribe(codec)
-	if errors.Is(err, session.ErrCapacity) {
+	switch {
+	case errors.Is(err, session.ErrCapacity):
 		return nil, nil, fmt.Errorf("%w: %v", signaling.ErrCapacity, err)
+	case errors.Is(err, session.ErrNotReady):
+		return nil, nil, fmt.Errorf("%w: %v", signaling.ErrSessionNotFound, err)
 	}
 	return t, release, err
 }

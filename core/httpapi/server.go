@@ -147,6 +147,12 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	defer cancel()
+	if req.URL != "" {
+		if err := a.o.Sessions.CheckURL(ctx, req.URL); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+	}
 	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height})
 	if err != nil {
 		a.fail(w, r, err)

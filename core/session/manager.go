@@ -260,7 +260,8 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	id := newID()
 	sctx, cancel := context.WithCancel(m.ctx)
 	s := &Session{
-		id: id, m: m, log: m.log.With("session", id), width: o.Width, height: o.Height,
+		done: make(chan struct{}),
+		id:   id, m: m, log: m.log.With("session", id), width: o.Width, height: o.Height,
 		created: time.Now(), ctx: sctx, cancel: cancel, state: StateStarting, url: o.URL,
 		pipes: map[string]*pipeline{},
 	}
@@ -381,4 +382,10 @@ func (m *Manager) Shutdown(ctx context.Context) {
 		}
 	}
 	m.wg.Wait()
+}
+
+// CheckURL applies the input policy to a URL a client asked for (the
+// configured start page is the operator's and is not checked).
+func (m *Manager) CheckURL(ctx context.Context, url string) error {
+	return m.cfg.Input.CheckURL(ctx, url)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/plugins/capture"
+	"google.golang.org/grpc/status"
 )
 
 // State of a session.
@@ -76,6 +77,8 @@ type Session struct {
 	captureCancel context.CancelFunc
 	captureDone   chan struct{}
 
+	done chan struct{} // closed when the session starts closing
+
 	exec *input.Executor
 	disp *dispatch.Dispatcher
 	hub  stateHub
@@ -88,6 +91,9 @@ type Session struct {
 	pluginDropped atomic.Uint64
 	captureErr    atomic.Value // string
 }
+
+// Done is closed when the session starts closing (closed or failed).
+func (s *Session) Done() <-chan struct{} { return s.done }
 
 // ID returns the session id.
 func (s *Session) ID() string { return s.id }
@@ -132,7 +138,9 @@ func (s *Session) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
 func (s *Session) release(p *pipeline) {
 	s.mu.Lock()
 	p.refs--
-	s.viewers--
+	if s.viewers > 0 { // close() already zeroed it for a session that ended
+		s.viewers--
+	}
 	var stopPipe *pipeline
 	if p.refs == 0 && s.pipes[p.codec] == p {
 		delete(s.pipes, p.codec)
@@ -195,8 +203,14 @@ func (s *Session) stopCaptureIfIdleLocked() <-chan struct{} {
 func (s *Session) captureLoop(ctx context.Context) {
 	retry(ctx, s.captureOnce, func(err error) {
 		if err != nil {
-			s.captureErr.Store(err.Error())
-			s.log.Warn("capture stream ended", "err", err)
+			// The plugin's error text can carry the browser's DevTools URL:
+			// snapshots and logs get a stable code only.
+			code := "capture_failed"
+			if brokenPlugin(err) {
+				code = "capture_plugin_unavailable"
+			}
+			s.captureErr.Store(code)
+			s.log.Warn("capture stream ended", "code", code, "grpc", status.Code(err).String())
 		}
 	})
 }
@@ -325,6 +339,7 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	s.pipes = map[string]*pipeline{}
 	s.publishSlotsLocked()
 	s.mu.Unlock()
+	close(s.done) // viewers are told and disconnected (see Done)
 
 	s.cancel()
 	for _, p := range pipes {

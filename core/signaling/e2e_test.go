@@ -212,6 +212,18 @@ func TestUnknownSession(t *testing.T) {
 	}
 }
 
+// TestSessionEnded: when the session ends its viewers are told and
+// disconnected, instead of watching a frozen picture.
+func TestSessionEnded(t *testing.T) {
+	e := newEnv(t, "vp8")
+	v, _ := connectViewer(t, e.wsURL("s1"), map[string]any{"type": "hello", "codec": "vp8", "codecs": []string{"vp8"}})
+	e.media.end()
+	v.expectError(signaling.CodeSessionEnded)
+	if st := v.waitClosed(5 * time.Second); st != websocket.StatusNormalClosure {
+		t.Fatalf("close status %v", st)
+	}
+}
+
 func TestCapacityExceeded(t *testing.T) {
 	e := newEnv(t, "vp8")
 	e.media.full.Store(true)

@@ -43,6 +43,9 @@ type Media interface {
 	// RequestKeyframe asks the codec's encoder for a keyframe; the session
 	// rate-limits.
 	RequestKeyframe(codec string)
+	// Done is closed when the session ends; its viewers are then told
+	// (error session_ended) and disconnected.
+	Done() <-chan struct{}
 	// OpenInput grants a producer to one interactive viewer. onState takes
 	// the session's state events for this viewer from any goroutine (it
 	// never blocks) until Input.Close. It may return an error wrapping
@@ -444,9 +447,12 @@ func (c *conn) hello(m Message) error {
 	for _, ev := range held {
 		_ = p.SendState(ev.typ, ev.data)
 	}
+	// c.log is read by other goroutines without the lock: it is never
+	// reassigned, and the peer id goes on this connection's lines here.
+	log := c.log.With("peer", p.ID())
 	c.mu.Unlock()
-	c.log = c.log.With("peer", p.ID())
-	c.log.Info("viewer connected", "codec", codec, "interactive", in != nil)
+	log.Info("viewer connected", "codec", codec, "interactive", in != nil)
+	go c.watchSession(c.media.Done())
 	welcome := welcomeMsg{Type: TypeWelcome, SessionID: c.sessionID, PeerID: p.ID(), Codec: codec,
 		ConnectionGeneration: connGen, Interactive: in != nil, InputError: inputErr}
 	if in != nil {
@@ -633,5 +639,17 @@ func (c *conn) writer() {
 				return
 			}
 		}
+	}
+}
+
+// watchSession ends the connection when its session ends, so a viewer never
+// watches a frozen picture of a closed session. It stops with the
+// connection.
+func (c *conn) watchSession(done <-chan struct{}) {
+	select {
+	case <-done:
+		c.sendError(CodeSessionEnded, "the session ended")
+		c.closeWith(websocket.StatusNormalClosure, "session ended")
+	case <-c.ctx.Done():
 	}
 }

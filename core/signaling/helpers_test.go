@@ -50,6 +50,9 @@ type testMedia struct {
 	inputOff  atomic.Bool // OpenInput fails with ErrNotInteractive
 	inputMu   sync.Mutex
 	inputs    []*testInput
+
+	endOnce sync.Once
+	done    chan struct{}
 }
 
 // OpenInput grants producer "prod-N", generation 1, and pushes the first
@@ -177,6 +180,11 @@ func (m *testMedia) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
 	return src.Track, func() { once.Do(func() { m.releases.Add(1) }) }, nil
 }
 
+func (m *testMedia) Done() <-chan struct{} { return m.done }
+
+// end ends the session, as closing it would.
+func (m *testMedia) end() { m.endOnce.Do(func() { close(m.done) }) }
+
 func (m *testMedia) RequestKeyframe(codec string) {
 	m.keyReqs.Add(1)
 	if src, ok := m.sources[codec]; ok {
@@ -219,7 +227,7 @@ func newEnv(t *testing.T, codecs ...string) *env {
 	if len(codecs) == 0 {
 		codecs = []string{"h264", "vp8"}
 	}
-	m := &testMedia{codecs: codecs, sources: map[string]*peertest.Source{}}
+	m := &testMedia{codecs: codecs, sources: map[string]*peertest.Source{}, done: make(chan struct{})}
 	for _, c := range codecs {
 		src, err := peertest.Start(clips[c])
 		if err != nil {

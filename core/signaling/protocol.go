@@ -48,6 +48,7 @@ const (
 	CodeBadState          = "bad_state"
 	CodeCodecUnsupported  = "codec_unsupported"
 	CodeSessionNotFound   = "session_not_found"
+	CodeSessionEnded      = "session_ended"
 	CodeCapacityExceeded  = "capacity_exceeded"
 	CodePeerFailed        = "peer_failed"
 	CodeSlowConsumer      = "slow_consumer"

@@ -294,6 +294,8 @@ func TestBadRequestsGetStableErrors(t *testing.T) {
 		{"POST", "/api/v1/sessions", `{"bogus":1}`, 422, `"code":"invalid_argument"`},
 		{"GET", "/api/v1/nothing", "", 404, `"code":"not_found"`},
 		{"POST", "/api/v1/sessions/" + s.ID + "/navigate", `{"url":"http://169.254.169.254/latest/meta-data/"}`, 403, `"code":"navigation_blocked"`},
+		{"POST", "/api/v1/sessions", `{"url":"http://169.254.169.254/latest/meta-data/"}`, 403, `"code":"navigation_blocked"`},
+		{"POST", "/api/v1/sessions", `{"url":"http://10.0.0.1/"}`, 403, `"code":"navigation_blocked"`},
 	} {
 		err := a.Do(ctx, c.method, c.path, c.body, nil)
 		he, ok := err.(*harness.HTTPError)
