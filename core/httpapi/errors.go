@@ -62,6 +62,8 @@ func fromError(err error) (int, APIError) {
 			status = http.StatusUnprocessableEntity
 		case action.CodeTimeout, action.CodeOutcomeUnknown:
 			status = http.StatusGatewayTimeout
+		case action.CodeFailed:
+			status = http.StatusBadGateway // the page, not the appliance, failed
 		}
 		return status, APIError{Code: ae.Code, Message: ae.Message, Recoverable: status != http.StatusForbidden}
 	}

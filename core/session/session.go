@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pion/webrtc/v4"
+	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/input"
@@ -48,6 +50,8 @@ var (
 	ErrUnavailable = errors.New("browser unavailable")
 	ErrNotReady    = errors.New("session not ready")
 )
+
+var netErrRE = regexp.MustCompile(`net::ERR_[A-Z_]+`)
 
 // maxFrameBytes bounds what a capture plugin may hand us as one picture.
 const maxFrameBytes = 8 << 20
@@ -315,6 +319,11 @@ func (s *Session) Navigate(ctx context.Context, url string) error {
 		return err
 	}
 	if err := s.page.Navigate(ctx, url); err != nil {
+		// A page that does not load is the URL's problem, not the
+		// appliance's: say so with Chromium's net error code (never the URL).
+		if code := netErrRE.FindString(err.Error()); code != "" {
+			return &action.Error{Code: action.CodeFailed, Message: "the page did not load: " + code}
+		}
 		return fmt.Errorf("navigate: %w", err)
 	}
 	return nil

@@ -296,6 +296,7 @@ func TestBadRequestsGetStableErrors(t *testing.T) {
 		{"POST", "/api/v1/sessions/" + s.ID + "/navigate", `{"url":"http://169.254.169.254/latest/meta-data/"}`, 403, `"code":"navigation_blocked"`},
 		{"POST", "/api/v1/sessions", `{"url":"http://169.254.169.254/latest/meta-data/"}`, 403, `"code":"navigation_blocked"`},
 		{"POST", "/api/v1/sessions", `{"url":"http://10.0.0.1/"}`, 403, `"code":"navigation_blocked"`},
+		{"POST", "/api/v1/sessions/" + s.ID + "/navigate", `{"url":"http://127.0.0.1:1/"}`, 502, `"message":"the page did not load: net::ERR_`},
 	} {
 		err := a.Do(ctx, c.method, c.path, c.body, nil)
 		he, ok := err.(*harness.HTTPError)
