@@ -266,6 +266,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		pipes: map[string]*pipeline{},
 	}
 	m.mu.Lock()
+	if m.ctx.Err() != nil { // shutting down: Shutdown will not see this session
+		m.mu.Unlock()
+		cancel()
+		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
 	n := 0
 	for _, x := range m.sessions {
 		if st := x.Snapshot().State; st == StateStarting || st == StateReady {
@@ -306,7 +311,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		return nil, fmt.Errorf("%w: input: %v", ErrUnavailable, err)
 	}
 	s.mu.Lock()
-	if s.state != StateStarting {
+	if s.state != StateStarting || sctx.Err() != nil {
 		// Failed (browser crash) or shut down while starting.
 		st := s.state
 		s.mu.Unlock()
@@ -320,8 +325,12 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	s.state = StateReady
 	s.mu.Unlock()
 	if m.cfg.IdleReclaim > 0 && !o.KeepIdle {
-		m.wg.Add(1)
-		go s.idleLoop(m.cfg.IdleReclaim)
+		m.mu.Lock() // wg.Add must not race Shutdown's Wait
+		if m.ctx.Err() == nil {
+			m.wg.Add(1)
+			go s.idleLoop(m.cfg.IdleReclaim)
+		}
+		m.mu.Unlock()
 	}
 	s.log.Info("session ready", "width", o.Width, "height", o.Height)
 	return s, nil
@@ -368,10 +377,14 @@ func (m *Manager) Close(ctx context.Context, id string) error {
 // Shutdown closes every session, stops the manager's goroutines and closes
 // the browsers it launched itself.
 func (m *Manager) Shutdown(ctx context.Context) {
+	// Cancel first, under the lock: a Create in flight then either sees
+	// it and gives up, or inserted its session before and is closed below.
+	m.mu.Lock()
+	m.cancel()
+	m.mu.Unlock()
 	for _, s := range m.live() {
 		s.close(ctx, ReasonShutdown, false)
 	}
-	m.cancel()
 	m.bmu.Lock()
 	owned := m.owned
 	m.owned = nil
