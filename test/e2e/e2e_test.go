@@ -67,6 +67,19 @@ func startAppliance(t *testing.T, startURL string, sets ...string) *harness.Appl
 	return a
 }
 
+// startWithSession is startAppliance plus its ready default session.
+func startWithSession(t *testing.T, startURL string, sets ...string) (*harness.Appliance, harness.SessionSnapshot) {
+	t.Helper()
+	a := startAppliance(t, startURL, sets...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := a.DefaultSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, s
+}
+
 // viewerBrowser is headless Chromium acting as a person's browser.
 func viewerBrowser(t *testing.T) context.Context {
 	t.Helper()
@@ -129,12 +142,7 @@ const (
 // checks that the <video> decodes a live stream, for each codec.
 func TestPanelPlaysLiveVideo(t *testing.T) {
 	p := pages(t)
-	a := startAppliance(t, p.URL+"/anim")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := a.DefaultSession(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a, _ := startWithSession(t, p.URL+"/anim")
 	for _, codec := range []string{"vp8", "h264"} {
 		t.Run(codec, func(t *testing.T) {
 			bctx := viewerBrowser(t)
@@ -187,13 +195,9 @@ func TestPanelPlaysLiveVideo(t *testing.T) {
 // change when the page changes, and a still page must stay visible.
 func TestPictureFollowsThePage(t *testing.T) {
 	p := pages(t)
-	a := startAppliance(t, p.URL+"/solid?c=ff0000")
+	a, s := startWithSession(t, p.URL+"/solid?c=ff0000")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := a.DefaultSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	bctx := viewerBrowser(t)
 	if err := chromedp.Do(bctx, chromedp.Navigate(a.URL+"/?codec=vp8")); err != nil {
 		t.Fatal(err)
@@ -233,13 +237,9 @@ func TestPictureFollowsThePage(t *testing.T) {
 // codec, and counts rebuilt frames; a PLI yields a keyframe.
 func TestGoViewer(t *testing.T) {
 	p := pages(t)
-	a := startAppliance(t, p.URL+"/anim")
+	a, s := startWithSession(t, p.URL+"/anim")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	s, err := a.DefaultSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, codec := range []string{"vp8", "h264"} {
 		t.Run(codec, func(t *testing.T) {
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -275,13 +275,9 @@ func TestGoViewer(t *testing.T) {
 // TestBadRequestsGetStableErrors checks the API's error contract.
 func TestBadRequestsGetStableErrors(t *testing.T) {
 	p := pages(t)
-	a := startAppliance(t, p.URL+"/solid?c=336699")
+	a, s := startWithSession(t, p.URL+"/solid?c=336699")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := a.DefaultSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
 		method, path, body string
 		status             int
@@ -356,13 +352,9 @@ func TestNoChildSurvivesTheCore(t *testing.T) {
 // session's pipelines reattach, so frames keep coming.
 func TestStreamSurvivesPluginCrashes(t *testing.T) {
 	p := pages(t)
-	a := startAppliance(t, p.URL+"/anim")
+	a, s := startWithSession(t, p.URL+"/anim")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	s, err := a.DefaultSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pluginPID := func(name string) int {
 		for _, pid := range harness.Descendants(a.Cmd.Process.Pid) {
 			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == name {

@@ -55,13 +55,7 @@ func startInteractive(t *testing.T) *interactive {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, fixturePage) }))
 	t.Cleanup(srv.Close)
-	a := startAppliance(t, srv.URL+"/")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := a.DefaultSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, s := startWithSession(t, srv.URL+"/")
 	bctx := viewerBrowser(t)
 	if err := chromedp.Do(bctx, chromedp.Navigate(a.URL+"/?codec=vp8")); err != nil {
 		t.Fatal(err)

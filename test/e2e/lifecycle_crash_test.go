@@ -63,13 +63,9 @@ func chromiumProcs(a *harness.Appliance) (procs map[int]string, browsers []int) 
 // Chromium survives, and a new session (on a relaunched Chromium) streams.
 func TestLifecycleChromiumCrash(t *testing.T) {
 	p := pages(t)
-	a := startAppliance(t, p.URL+"/anim", "sessions.max=2")
+	a, def := startWithSession(t, p.URL+"/anim", "sessions.max=2")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	def, err := a.DefaultSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	old, browsers := chromiumProcs(a)
 	if len(browsers) != 1 {
 		t.Fatalf("want one Chromium browser process, found %v (all: %v)", browsers, old)
@@ -120,13 +116,9 @@ func TestLifecycleChromiumCrash(t *testing.T) {
 // is kept for whoever opens the panel next.
 func TestLifecycleIdleReclaim(t *testing.T) {
 	p := pages(t)
-	a := startAppliance(t, p.URL+"/solid?c=336699", "sessions.idleReclaim=1s")
+	a, def := startWithSession(t, p.URL+"/solid?c=336699", "sessions.idleReclaim=1s")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	def, err := a.DefaultSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	extra, err := postSession(ctx, a, p.URL+"/solid?c=993366")
 	if err != nil {
 		t.Fatal(err)

@@ -56,13 +56,9 @@ func watchFrames(ctx context.Context, t *testing.T, a *harness.Appliance, id str
 // longer holds a slot.
 func TestLifecycleCapacityAndTerminalSnapshot(t *testing.T) {
 	p := pages(t)
-	a := startAppliance(t, p.URL+"/anim", "sessions.max=2")
+	a, def := startWithSession(t, p.URL+"/anim", "sessions.max=2")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	def, err := a.DefaultSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	second, err := postSession(ctx, a, p.URL+"/anim")
 	if err != nil || second.State != "ready" {
 		t.Fatalf("second session: %+v %v", second, err)
