@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -266,9 +267,12 @@ func (a *appliance) status() any {
 	for _, h := range a.sup.Handles() {
 		plugs = append(plugs, h.Status())
 	}
+	fds, _ := os.ReadDir("/proc/self/fd")
 	return map[string]any{
 		"version": version, "browser": a.browser.Version(), "plugins": plugs,
 		"codecs": a.codecs, "encoderProbes": a.probes,
+		// For operators and the leak tests: these must not grow with use.
+		"process": map[string]any{"goroutines": runtime.NumGoroutine(), "openFiles": len(fds)},
 	}
 }
 
