@@ -57,6 +57,7 @@ type report struct {
 	Duration  string         `json:"duration"`
 	Codecs    []codecResult  `json:"codecs"`
 	Latency   *latencyReport `json:"latency,omitempty"`
+	Sessions  *sessionReport `json:"sessions,omitempty"`
 }
 
 func main() {
@@ -86,7 +87,7 @@ func run(name string, dur time.Duration) error {
 	if rep.Latency, err = latencyBench(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: latency:", err)
 	}
-	a, err := harness.Start(ctx, tmp, "browser.startURL="+page.URL, "video.fps=24", "video.bitrateKbps=2500")
+	a, err := harness.Start(ctx, tmp, "browser.startURL="+page.URL, "video.fps=24", "video.bitrateKbps=2500", "input.allowLoopbackHosts=127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -105,7 +106,12 @@ func run(name string, dur time.Duration) error {
 	if err := cliBaseline(ctx, page.URL, rep.Codecs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: ffmpeg CLI baseline:", err)
 	}
+	// Last: it kills Chromium on purpose (cold starts).
+	if rep.Sessions, err = sessionBench(ctx, a, page.URL); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: sessions:", err)
+	}
 	printReport(rep)
+	printSessions(rep.Sessions)
 	out := filepath.Join("bench", "results", name+".json")
 	b, _ := json.MarshalIndent(rep, "", "  ")
 	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
