@@ -177,18 +177,28 @@ func (p *Peer) channelEvent(label string, open bool) {
 	p.opts.OnChannel(label, open)
 }
 
+// liveChannels returns the peer's DataChannel set, or why messages cannot
+// be queued on it.
+func (p *Peer) liveChannels() (*channels, error) {
+	ch := p.ch
+	if ch == nil {
+		return nil, ErrNotInteractive
+	}
+	select {
+	case <-ch.done:
+		return nil, ErrClosed
+	default:
+	}
+	return ch, nil
+}
+
 // SendControl queues b for the control channel (in order, reliable). It
 // never blocks: a full queue makes the peer unhealthy (the viewer does not
 // read its acks) and it closes.
 func (p *Peer) SendControl(b []byte) error {
-	ch := p.ch
-	if ch == nil {
-		return ErrNotInteractive
-	}
-	select {
-	case <-ch.done:
-		return ErrClosed
-	default:
+	ch, err := p.liveChannels()
+	if err != nil {
+		return err
 	}
 	if ch.unhealthy.Load() {
 		return ErrUnhealthy
@@ -273,14 +283,9 @@ func (p *Peer) unhealthyClose(reason string) {
 // is kept, and a replaced key moves behind the others, so the viewer sees
 // every key's latest value in the order of the latest updates.
 func (p *Peer) SendState(key string, b []byte) error {
-	ch := p.ch
-	if ch == nil {
-		return ErrNotInteractive
-	}
-	select {
-	case <-ch.done:
-		return ErrClosed
-	default:
+	ch, err := p.liveChannels()
+	if err != nil {
+		return err
 	}
 	ch.stateMu.Lock()
 	if _, ok := ch.statePending[key]; ok {
