@@ -122,8 +122,11 @@ func (w *rtpWriter) write(data []byte, now time.Time) error {
 type videoTrack struct {
 	*webrtc.TrackLocalStaticRTP
 
-	mu      sync.RWMutex
+	mu      sync.Mutex
 	playout map[string]uint8 // binding id → extension id (0: not negotiated)
+	// agreed is the id every bound viewer negotiated, or 0; derived when
+	// viewers come and go, so writing a sample only loads it.
+	agreed atomic.Uint32
 }
 
 func (t *videoTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameters, error) {
@@ -139,6 +142,7 @@ func (t *videoTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParamete
 	}
 	t.mu.Lock()
 	t.playout[ctx.ID()] = id
+	t.agreeLocked()
 	t.mu.Unlock()
 	return p, nil
 }
@@ -146,22 +150,25 @@ func (t *videoTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParamete
 func (t *videoTrack) Unbind(ctx webrtc.TrackLocalContext) error {
 	t.mu.Lock()
 	delete(t.playout, ctx.ID())
+	t.agreeLocked()
 	t.mu.Unlock()
 	return t.TrackLocalStaticRTP.Unbind(ctx)
 }
 
-// playoutID is the extension id every bound viewer agreed on, or 0. The
-// appliance offers and all its peers share one media engine, so the ids
-// agree; a packet written to all viewers can carry only one.
-func (t *videoTrack) playoutID() uint8 {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+// agreeLocked derives the id all bound viewers share. The appliance offers
+// and all its peers share one media engine, so the ids agree; a packet
+// written to all viewers can carry only one.
+func (t *videoTrack) agreeLocked() {
 	var id uint8
 	for _, x := range t.playout {
 		if x == 0 || (id != 0 && x != id) {
-			return 0
+			id = 0
+			break
 		}
 		id = x
 	}
-	return id
+	t.agreed.Store(uint32(id))
 }
+
+// playoutID is the playout-delay extension id to stamp, or 0.
+func (t *videoTrack) playoutID() uint8 { return uint8(t.agreed.Load()) }
