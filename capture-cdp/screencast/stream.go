@@ -28,6 +28,11 @@ const (
 	// maxPendingAcks bounds the ack queue. Chromium holds back frames until
 	// they are acked (a few in flight), so it never gets near this.
 	maxPendingAcks = 64
+	// settleAfter is how long the screencast must be quiet after a frame
+	// before we take one screenshot of the settled page (see settleLoop).
+	settleAfter = 250 * time.Millisecond
+	// settleTimeout bounds that screenshot.
+	settleTimeout = 3 * time.Second
 )
 
 // Stream captures target and calls send with the newest frame whenever the
@@ -51,6 +56,7 @@ func (c *Capturer) Stream(ctx context.Context, t capture.Target, send func(captu
 		send:    send,
 		ready:   make(chan struct{}, 1),
 		ackWake: make(chan struct{}, 1),
+		moved:   make(chan struct{}, 1),
 		crashed: make(chan string, 1),
 		sendErr: make(chan error, 1),
 		quit:    make(chan struct{}),
@@ -97,6 +103,9 @@ type stream struct {
 	ackMu   sync.Mutex
 	acks    []int64
 	ackWake chan struct{} // cap 1
+
+	moved chan struct{} // cap 1: a new screencast picture arrived (for settleLoop)
+	last  []byte        // the last screencast JPEG; onEvent's own
 
 	crashed chan string // cap 1: the renderer crashed or the inspector detached
 	sendErr chan error  // cap 1
@@ -150,6 +159,7 @@ func (s *stream) run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.ackLoop(cctx) })
 	wg.Go(s.sendLoop)
+	wg.Go(func() { s.settleLoop(cctx) })
 	defer func() {
 		close(s.quit)
 		wg.Wait()
@@ -211,7 +221,18 @@ func (s *stream) onEvent(ev any) {
 	switch e := ev.(type) {
 	case *page.EventScreencastFrame:
 		s.queueAck(e.SessionID)
-		s.offer(e)
+		// Our settle screenshot makes Chromium send the screencast frame
+		// again; the same bytes are the same picture, and passing them on
+		// would wake settleLoop into a loop.
+		if bytes.Equal(e.Data, s.last) {
+			return
+		}
+		s.last = e.Data
+		s.offer(screencastFrame(e))
+		select {
+		case s.moved <- struct{}{}:
+		default:
+		}
 	case *inspector.EventTargetCrashed:
 		s.fail("crashed")
 	case *inspector.EventDetached:
@@ -264,10 +285,8 @@ func (s *stream) ackLoop(ctx context.Context) {
 	}
 }
 
-// offer puts the frame in the slot of one, replacing (and counting) an
-// unsent older frame. Seq numbers arrivals, so a gap in the Seq a consumer
-// sees is exactly the frames counted in Dropped.
-func (s *stream) offer(e *page.EventScreencastFrame) {
+// screencastFrame turns a screencast event into a Frame.
+func screencastFrame(e *page.EventScreencastFrame) capture.Frame {
 	f := capture.Frame{Format: capture.FormatJPEG, Data: e.Data, CaptureTime: time.Now(), Keyframe: true}
 	if m := e.Metadata; m != nil && m.Timestamp > 0 {
 		sec := float64(m.Timestamp)
@@ -279,8 +298,14 @@ func (s *stream) offer(e *page.EventScreencastFrame) {
 		f.Width, f.Height = cfg.Width, cfg.Height
 	} else if m := e.Metadata; m != nil {
 		f.Width, f.Height = int(m.DeviceWidth*m.PageScaleFactor), int(m.DeviceHeight*m.PageScaleFactor)
-		s.log.Debug("screencast frame: bad JPEG header", "err", err)
 	}
+	return f
+}
+
+// offer puts the frame in the slot of one, replacing (and counting) an
+// unsent older frame. Seq numbers arrivals, so a gap in the Seq a consumer
+// sees is exactly the frames counted in Dropped.
+func (s *stream) offer(f capture.Frame) {
 	s.mu.Lock()
 	s.seq++
 	f.Seq = s.seq
@@ -293,6 +318,54 @@ func (s *stream) offer(e *page.EventScreencastFrame) {
 	case s.ready <- struct{}{}:
 	default:
 	}
+}
+
+// settleLoop takes one screenshot when the screencast has gone quiet after
+// a frame. Even with sendLastFrame, Chromium loses the last change before
+// a page goes still when the machine is busy (3 runs in 8 with both cores
+// loaded), and the viewer would show a stale picture until something moves
+// again. The screenshot makes Chromium repeat its screencast frame, which
+// onEvent drops as a repeat, so a still page costs one or two screenshots,
+// not a loop.
+func (s *stream) settleLoop(ctx context.Context) {
+	quiet := time.NewTimer(settleAfter)
+	quiet.Stop()
+	defer quiet.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.moved:
+			quiet.Reset(settleAfter)
+		case <-quiet.C:
+			if f, err := s.screenshot(ctx); err != nil {
+				// A dead session shows up in run's select.
+				s.log.Debug("settle screenshot", "err", err)
+			} else {
+				s.offer(f)
+			}
+		}
+	}
+}
+
+func (s *stream) screenshot(ctx context.Context) (capture.Frame, error) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	q := int64(s.cfg.Quality)
+	taken := time.Now()
+	fast := true
+	res, err := cdp.Call(ctx, s.t, page.CaptureScreenshot, page.CaptureScreenshotParams{
+		Format: page.CaptureScreenshotFormatJpeg, Quality: &q, OptimizeForSpeed: &fast,
+	})
+	if err != nil {
+		return capture.Frame{}, err
+	}
+	cfg, err := jpeg.DecodeConfig(bytes.NewReader(res.Data))
+	if err != nil {
+		return capture.Frame{}, fmt.Errorf("screenshot is not a JPEG: %w", err)
+	}
+	return capture.Frame{Format: capture.FormatJPEG, Data: res.Data, CaptureTime: taken, Keyframe: true,
+		Width: cfg.Width, Height: cfg.Height}, nil
 }
 
 func (s *stream) take() (capture.Frame, bool) {
