@@ -205,12 +205,39 @@ func (a *Authenticator) state() (*Store, *limiter, *limiter, error) {
 // result after the same argon2 work. While the user or the source IP is
 // locked out the answer is rate_limited and the password is not checked.
 func (a *Authenticator) Authenticate(ctx context.Context, r auth.Request) (auth.Result, error) {
+	_, res, err := a.check(ctx, r)
+	return res, err
+}
+
+// ChangePassword checks the old password exactly as a login does (same
+// limits, same answers) and then sets the new one.
+func (a *Authenticator) ChangePassword(ctx context.Context, r auth.ChangeRequest) (auth.Result, error) {
+	store, res, err := a.check(ctx, auth.Request{Username: r.Username, Password: r.OldPassword, SourceIP: r.SourceIP})
+	if err != nil || !res.OK {
+		return res, err
+	}
+	if string(r.NewPassword) == string(r.OldPassword) {
+		return auth.Result{ErrorCode: auth.CodeWeakPassword}, nil
+	}
+	err = store.SetPassword(res.UserID, string(r.NewPassword), false)
+	switch {
+	case errors.Is(err, ErrWeakPassword):
+		return auth.Result{ErrorCode: auth.CodeWeakPassword}, nil
+	case err != nil:
+		return auth.Result{}, fmt.Errorf("auth-local: change password: %w", err)
+	}
+	a.log.Info("password changed", "user", res.UserID)
+	res.MustChangePassword = false
+	return res, nil
+}
+
+func (a *Authenticator) check(ctx context.Context, r auth.Request) (*Store, auth.Result, error) {
 	if a.life.Err() != nil {
-		return auth.Result{}, errors.New("auth-local: shut down")
+		return nil, auth.Result{}, errors.New("auth-local: shut down")
 	}
 	store, byUser, byIP, err := a.state()
 	if err != nil {
-		return auth.Result{}, err
+		return nil, auth.Result{}, err
 	}
 	// An empty SourceIP (a host that does not pass one) shares one counter.
 	ip := r.SourceIP
@@ -220,13 +247,13 @@ func (a *Authenticator) Authenticate(ctx context.Context, r auth.Request) (auth.
 	userKey, ipKey := "u:"+nameTag(r.Username), "ip:"+ip
 	if wait := max(byUser.blocked(userKey), byIP.blocked(ipKey)); wait > 0 {
 		a.log.Info("login refused: rate limited", "user", nameTag(r.Username), "sourceIP", ip, "retryAfter", wait.Round(time.Millisecond))
-		return auth.Result{ErrorCode: auth.CodeRateLimited, RetryAfter: wait}, nil
+		return store, auth.Result{ErrorCode: auth.CodeRateLimited, RetryAfter: wait}, nil
 	}
 
 	select {
 	case a.sem <- struct{}{}:
 	case <-ctx.Done():
-		return auth.Result{}, fmt.Errorf("auth-local: waiting for a hash slot: %w", ctx.Err())
+		return nil, auth.Result{}, fmt.Errorf("auth-local: waiting for a hash slot: %w", ctx.Err())
 	}
 	u, ok := store.Verify(r.Username, r.Password)
 	<-a.sem
@@ -235,11 +262,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, r auth.Request) (auth.
 		byUser.fail(userKey)
 		byIP.fail(ipKey)
 		a.log.Info("login failed", "user", nameTag(r.Username), "sourceIP", ip)
-		return auth.Result{ErrorCode: auth.CodeInvalidCredentials}, nil
+		return store, auth.Result{ErrorCode: auth.CodeInvalidCredentials}, nil
 	}
 	byUser.reset(userKey)
 	a.log.Info("login ok", "user", u.Name, "role", u.Role, "sourceIP", ip, "mustChangePassword", u.MustChangePassword)
-	return auth.Result{OK: true, UserID: u.Name, Roles: []string{u.Role}, MustChangePassword: u.MustChangePassword}, nil
+	return store, auth.Result{OK: true, UserID: u.Name, Roles: []string{u.Role}, MustChangePassword: u.MustChangePassword}, nil
 }
 
 // nameTag is a short hash of a user name for logs and limiter keys: failed

@@ -62,6 +62,28 @@ func TestThroughPluginProcess(t *testing.T) {
 	}
 	t.Logf("a login through the plugin process took %v", time.Since(start).Round(time.Millisecond))
 
+	// The forced change at first login, through the contract.
+	old := []byte(strings.TrimSpace(string(pw)))
+	for _, c := range []struct {
+		old, new, code string
+	}{
+		{"not the password", "a long enough new one", auth.CodeInvalidCredentials},
+		{string(old), "short", auth.CodeWeakPassword},
+		{string(old), string(old), auth.CodeWeakPassword},
+	} {
+		r, err := ac.ChangePassword(ctx, auth.ChangeRequest{Username: "admin", OldPassword: []byte(c.old), NewPassword: []byte(c.new), SourceIP: "127.0.0.9"})
+		if err != nil || r.OK || r.ErrorCode != c.code {
+			t.Fatalf("ChangePassword(%s) = %+v, %v; want %s", c.code, r, err, c.code)
+		}
+	}
+	r, err = ac.ChangePassword(ctx, auth.ChangeRequest{Username: "admin", OldPassword: old, NewPassword: []byte("the first chosen password"), SourceIP: "127.0.0.9"})
+	if err != nil || !r.OK || r.MustChangePassword {
+		t.Fatalf("ChangePassword = %+v, %v", r, err)
+	}
+	if r, _ := ac.Authenticate(ctx, auth.Request{Username: "admin", Password: old, SourceIP: "127.0.0.9"}); r.OK {
+		t.Fatal("the old password still works after the change")
+	}
+
 	// The CLI changes the password through the same file; the plugin sees it.
 	st, err := Open(usersFile)
 	if err != nil {

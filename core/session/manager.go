@@ -77,6 +77,9 @@ type CreateOptions struct {
 	// KeepIdle exempts the session from idle reclaim: the appliance's
 	// default session stays open for whoever opens the panel next.
 	KeepIdle bool
+	// Owner is the user the session belongs to (core/access decides what
+	// that allows); "" for an appliance without users.
+	Owner string
 }
 
 // Manager owns every session.
@@ -263,7 +266,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		done: make(chan struct{}),
 		id:   id, m: m, log: m.log.With("session", id), width: o.Width, height: o.Height,
 		created: time.Now(), ctx: sctx, cancel: cancel, state: StateStarting, url: o.URL,
-		pipes: map[string]*pipeline{},
+		pipes: map[string]*pipeline{}, owner: o.Owner,
 	}
 	m.mu.Lock()
 	if m.ctx.Err() != nil { // shutting down: Shutdown will not see this session

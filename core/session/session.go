@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,8 @@ type Session struct {
 	viewers       int
 	captureCancel context.CancelFunc
 	captureDone   chan struct{}
+	owner         string   // fixed at Create
+	invited       []string // users invited to watch, sorted
 
 	done chan struct{} // closed when the session starts closing
 
@@ -94,6 +97,45 @@ type Session struct {
 	badPluginOut  atomic.Uint64
 	pluginDropped atomic.Uint64
 	captureErr    atomic.Value // string
+}
+
+// maxInvited bounds a session's invitation list.
+const maxInvited = 64
+
+// Owner is the user the session belongs to.
+func (s *Session) Owner() string { return s.owner }
+
+// Invite lets user watch the session; false when the list is full.
+func (s *Session) Invite(user string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, found := slices.BinarySearch(s.invited, user)
+	if found {
+		return true
+	}
+	if len(s.invited) >= maxInvited {
+		return false
+	}
+	s.invited = slices.Insert(s.invited, i, user)
+	return true
+}
+
+// Uninvite withdraws an invitation (viewers already watching stay until
+// they disconnect).
+func (s *Session) Uninvite(user string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i, found := slices.BinarySearch(s.invited, user); found {
+		s.invited = slices.Delete(s.invited, i, i+1)
+	}
+}
+
+// Invited reports whether user was invited to watch.
+func (s *Session) Invited(user string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, found := slices.BinarySearch(s.invited, user)
+	return found
 }
 
 // Done is closed when the session starts closing (closed or failed).
@@ -280,6 +322,8 @@ type Snapshot struct {
 	BadPluginOut   uint64          `json:"badPluginOutput"`
 	CaptureError   string          `json:"captureError,omitempty"`
 	Pipelines      []PipelineStats `json:"pipelines"`
+	Owner          string          `json:"owner,omitempty"`
+	Invited        []string        `json:"invited"`
 }
 
 // Snapshot returns the session's current state.
@@ -291,7 +335,7 @@ func (s *Session) Snapshot() Snapshot {
 		Width: s.width, Height: s.height, CreatedAt: s.created, CaptureMode: "cdp",
 		Codecs: s.m.codecs, Viewers: s.viewers, Producers: s.hub.count(), FramesCaptured: s.framesIn.Load(),
 		CaptureDropped: s.pluginDropped.Load(), BadPluginOut: s.badPluginOut.Load(),
-		Pipelines: []PipelineStats{},
+		Pipelines: []PipelineStats{}, Owner: s.owner, Invited: slices.Clone(s.invited),
 	}
 	if s.exec != nil {
 		snap.PageRevision = s.exec.PageRevision()

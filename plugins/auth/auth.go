@@ -17,6 +17,8 @@ var APIVersions = []int{1}
 const (
 	CodeInvalidCredentials = "invalid_credentials"
 	CodeRateLimited        = "rate_limited"
+	CodeWeakPassword       = "weak_password"
+	CodeNotSupported       = "not_supported"
 )
 
 // Request is one login attempt. Password is never logged.
@@ -37,8 +39,20 @@ type Result struct {
 	RetryAfter         time.Duration
 }
 
+// ChangeRequest changes a password. Passwords are never logged.
+type ChangeRequest struct {
+	Username    string
+	OldPassword []byte
+	NewPassword []byte
+	SourceIP    string
+}
+
 // Authenticator is implemented by auth plugins and by the host's client shim.
 type Authenticator interface {
 	base.Plugin
 	Authenticate(ctx context.Context, r Request) (Result, error)
+	// ChangePassword checks the old password like Authenticate (same rate
+	// limits) and sets the new one, clearing MustChangePassword. The result
+	// describes the user after the change.
+	ChangePassword(ctx context.Context, r ChangeRequest) (Result, error)
 }

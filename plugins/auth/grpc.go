@@ -54,11 +54,32 @@ func (c *Client) Authenticate(ctx context.Context, r Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	return fromPB(out), nil
+}
+
+func (c *Client) ChangePassword(ctx context.Context, r ChangeRequest) (Result, error) {
+	out, err := c.pb.ChangePassword(ctx, &authpb.ChangePasswordRequest{
+		Username: r.Username, OldPassword: r.OldPassword, NewPassword: r.NewPassword, SourceIp: r.SourceIP,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return fromPB(out), nil
+}
+
+func fromPB(out *authpb.AuthenticateResponse) Result {
 	return Result{
 		OK: out.GetOk(), UserID: out.GetUserId(), Roles: out.GetRoles(),
 		MustChangePassword: out.GetMustChangePassword(), ErrorCode: out.GetErrorCode(),
 		RetryAfter: time.Duration(out.GetRetryAfterMs()) * time.Millisecond,
-	}, nil
+	}
+}
+
+func toPB(res Result) *authpb.AuthenticateResponse {
+	return &authpb.AuthenticateResponse{
+		Ok: res.OK, UserId: res.UserID, Roles: res.Roles, MustChangePassword: res.MustChangePassword,
+		ErrorCode: res.ErrorCode, RetryAfterMs: res.RetryAfter.Milliseconds(),
+	}
 }
 
 type server struct {
@@ -71,8 +92,15 @@ func (s *server) Authenticate(ctx context.Context, r *authpb.AuthenticateRequest
 	if err != nil {
 		return nil, err
 	}
-	return &authpb.AuthenticateResponse{
-		Ok: res.OK, UserId: res.UserID, Roles: res.Roles, MustChangePassword: res.MustChangePassword,
-		ErrorCode: res.ErrorCode, RetryAfterMs: res.RetryAfter.Milliseconds(),
-	}, nil
+	return toPB(res), nil
+}
+
+func (s *server) ChangePassword(ctx context.Context, r *authpb.ChangePasswordRequest) (*authpb.AuthenticateResponse, error) {
+	res, err := s.impl.ChangePassword(ctx, ChangeRequest{
+		Username: r.GetUsername(), OldPassword: r.GetOldPassword(), NewPassword: r.GetNewPassword(), SourceIP: r.GetSourceIp(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return toPB(res), nil
 }

@@ -169,6 +169,76 @@ func (x *AuthenticateResponse) GetRetryAfterMs() int64 {
 	return 0
 }
 
+// ChangePasswordRequest proves the old password and sets a new one. A
+// plugin whose users live elsewhere (LDAP, OIDC) answers not_supported.
+type ChangePasswordRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Username      string                 `protobuf:"bytes,1,opt,name=username,proto3" json:"username,omitempty"`
+	OldPassword   []byte                 `protobuf:"bytes,2,opt,name=old_password,json=oldPassword,proto3" json:"old_password,omitempty"`
+	NewPassword   []byte                 `protobuf:"bytes,3,opt,name=new_password,json=newPassword,proto3" json:"new_password,omitempty"`
+	SourceIp      string                 `protobuf:"bytes,4,opt,name=source_ip,json=sourceIp,proto3" json:"source_ip,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangePasswordRequest) Reset() {
+	*x = ChangePasswordRequest{}
+	mi := &file_auth_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangePasswordRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangePasswordRequest) ProtoMessage() {}
+
+func (x *ChangePasswordRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_auth_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangePasswordRequest.ProtoReflect.Descriptor instead.
+func (*ChangePasswordRequest) Descriptor() ([]byte, []int) {
+	return file_auth_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ChangePasswordRequest) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *ChangePasswordRequest) GetOldPassword() []byte {
+	if x != nil {
+		return x.OldPassword
+	}
+	return nil
+}
+
+func (x *ChangePasswordRequest) GetNewPassword() []byte {
+	if x != nil {
+		return x.NewPassword
+	}
+	return nil
+}
+
+func (x *ChangePasswordRequest) GetSourceIp() string {
+	if x != nil {
+		return x.SourceIp
+	}
+	return ""
+}
+
 var File_auth_proto protoreflect.FileDescriptor
 
 const file_auth_proto_rawDesc = "" +
@@ -186,9 +256,15 @@ const file_auth_proto_rawDesc = "" +
 	"\x14must_change_password\x18\x04 \x01(\bR\x12mustChangePassword\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x05 \x01(\tR\terrorCode\x12$\n" +
-	"\x0eretry_after_ms\x18\x06 \x01(\x03R\fretryAfterMs2c\n" +
+	"\x0eretry_after_ms\x18\x06 \x01(\x03R\fretryAfterMs\"\x96\x01\n" +
+	"\x15ChangePasswordRequest\x12\x1a\n" +
+	"\busername\x18\x01 \x01(\tR\busername\x12!\n" +
+	"\fold_password\x18\x02 \x01(\fR\voldPassword\x12!\n" +
+	"\fnew_password\x18\x03 \x01(\fR\vnewPassword\x12\x1b\n" +
+	"\tsource_ip\x18\x04 \x01(\tR\bsourceIp2\xc4\x01\n" +
 	"\x04Auth\x12[\n" +
-	"\fAuthenticate\x12$.tabcast.auth.v1.AuthenticateRequest\x1a%.tabcast.auth.v1.AuthenticateResponseB6Z4github.com/tabcast/tabcast/plugins/auth/proto;authpbb\x06proto3"
+	"\fAuthenticate\x12$.tabcast.auth.v1.AuthenticateRequest\x1a%.tabcast.auth.v1.AuthenticateResponse\x12_\n" +
+	"\x0eChangePassword\x12&.tabcast.auth.v1.ChangePasswordRequest\x1a%.tabcast.auth.v1.AuthenticateResponseB6Z4github.com/tabcast/tabcast/plugins/auth/proto;authpbb\x06proto3"
 
 var (
 	file_auth_proto_rawDescOnce sync.Once
@@ -202,16 +278,19 @@ func file_auth_proto_rawDescGZIP() []byte {
 	return file_auth_proto_rawDescData
 }
 
-var file_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_auth_proto_goTypes = []any{
-	(*AuthenticateRequest)(nil),  // 0: tabcast.auth.v1.AuthenticateRequest
-	(*AuthenticateResponse)(nil), // 1: tabcast.auth.v1.AuthenticateResponse
+	(*AuthenticateRequest)(nil),   // 0: tabcast.auth.v1.AuthenticateRequest
+	(*AuthenticateResponse)(nil),  // 1: tabcast.auth.v1.AuthenticateResponse
+	(*ChangePasswordRequest)(nil), // 2: tabcast.auth.v1.ChangePasswordRequest
 }
 var file_auth_proto_depIdxs = []int32{
 	0, // 0: tabcast.auth.v1.Auth.Authenticate:input_type -> tabcast.auth.v1.AuthenticateRequest
-	1, // 1: tabcast.auth.v1.Auth.Authenticate:output_type -> tabcast.auth.v1.AuthenticateResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
+	2, // 1: tabcast.auth.v1.Auth.ChangePassword:input_type -> tabcast.auth.v1.ChangePasswordRequest
+	1, // 2: tabcast.auth.v1.Auth.Authenticate:output_type -> tabcast.auth.v1.AuthenticateResponse
+	1, // 3: tabcast.auth.v1.Auth.ChangePassword:output_type -> tabcast.auth.v1.AuthenticateResponse
+	2, // [2:4] is the sub-list for method output_type
+	0, // [0:2] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -228,7 +307,7 @@ func file_auth_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_auth_proto_rawDesc), len(file_auth_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

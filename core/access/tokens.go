@@ -1,0 +1,241 @@
+package access
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Token errors; the API maps both to 401 without saying which.
+var (
+	ErrTokenInvalid = errors.New("access: invalid token")
+	ErrTokenExpired = errors.New("access: token expired")
+)
+
+// maxTokens bounds the token file.
+const maxTokens = 1000
+
+// tokenPrefix marks Tabcast API tokens (secret scanners can match it).
+const tokenPrefix = "tct_"
+
+// TokenInfo describes an API token. The secret is shown once at creation
+// and only its SHA-256 is kept.
+type TokenInfo struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name"`
+	User    string    `json:"user"`
+	Role    Role      `json:"role"`
+	Scopes  []string  `json:"scopes"`
+	Created time.Time `json:"created"`
+	// Expires is zero for a token that does not expire.
+	Expires time.Time `json:"expires,omitzero"`
+	Hash    string    `json:"hash,omitempty"`
+}
+
+// Tokens are the API tokens, kept in a 0600 JSON file.
+type Tokens struct {
+	path string
+	now  func() time.Time
+
+	mu   sync.Mutex
+	list []TokenInfo
+}
+
+// OpenTokens loads the token file; a missing file is an empty set.
+func OpenTokens(path string) (*Tokens, error) {
+	t := &Tokens{path: path, now: time.Now}
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return t, nil
+	case err != nil:
+		return nil, fmt.Errorf("read tokens: %w", err)
+	}
+	if err := json.Unmarshal(b, &t.list); err != nil {
+		return nil, fmt.Errorf("tokens file %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Create makes a token for user with role and scopes; ttl 0 never expires.
+// It returns the secret, which is not stored.
+func (t *Tokens) Create(name, user string, role Role, scopes []string, ttl time.Duration) (string, TokenInfo, error) {
+	if name == "" || len(name) > 64 || user == "" {
+		return "", TokenInfo{}, errors.New("a token needs a name (1..64 characters) and a user")
+	}
+	if _, ok := ParseRole(string(role)); !ok {
+		return "", TokenInfo{}, fmt.Errorf("unknown role %q", role)
+	}
+	if len(scopes) == 0 {
+		return "", TokenInfo{}, errors.New("a token needs at least one scope")
+	}
+	for _, s := range scopes {
+		if !slices.Contains(AllScopes, s) {
+			return "", TokenInfo{}, fmt.Errorf("unknown scope %q: want %s", s, strings.Join(AllScopes, ", "))
+		}
+		if s == ScopeAdmin && role != RoleAdmin {
+			return "", TokenInfo{}, errors.New("scope admin needs role admin")
+		}
+	}
+	id := hex.EncodeToString(randomBytes(6))
+	secret := tokenPrefix + id + "_" + b64(randomBytes(32))
+	info := TokenInfo{ID: id, Name: name, User: user, Role: role, Scopes: slices.Clone(scopes), Created: t.now().UTC().Truncate(time.Second)}
+	if ttl > 0 {
+		info.Expires = info.Created.Add(ttl)
+	}
+	info.Hash = hashToken(secret)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pruneLocked()
+	if len(t.list) >= maxTokens {
+		return "", TokenInfo{}, fmt.Errorf("too many tokens (%d): revoke some first", maxTokens)
+	}
+	next := append(slices.Clone(t.list), info)
+	if err := t.saveLocked(next); err != nil {
+		return "", TokenInfo{}, err
+	}
+	t.list = next
+	info.Hash = ""
+	return secret, info, nil
+}
+
+// Verify returns the principal of a token secret.
+func (t *Tokens) Verify(secret string) (Principal, error) {
+	rest, ok := strings.CutPrefix(secret, tokenPrefix)
+	if !ok {
+		return Principal{}, ErrTokenInvalid
+	}
+	id, _, ok := strings.Cut(rest, "_")
+	if !ok {
+		return Principal{}, ErrTokenInvalid
+	}
+	h := hashToken(secret)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, info := range t.list {
+		if info.ID != id {
+			continue
+		}
+		if subtle.ConstantTimeCompare([]byte(info.Hash), []byte(h)) != 1 {
+			return Principal{}, ErrTokenInvalid
+		}
+		if !info.Expires.IsZero() && !t.now().Before(info.Expires) {
+			return Principal{}, ErrTokenExpired
+		}
+		return Principal{User: info.User, Role: info.Role, Method: MethodToken, TokenID: info.ID, Scopes: slices.Clone(info.Scopes)}, nil
+	}
+	return Principal{}, ErrTokenInvalid
+}
+
+// List returns every token without its hash.
+func (t *Tokens) List() []TokenInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]TokenInfo, 0, len(t.list))
+	for _, info := range t.list {
+		info.Hash = ""
+		info.Scopes = slices.Clone(info.Scopes)
+		out = append(out, info)
+	}
+	return out
+}
+
+// Revoke deletes a token; ok is false when there was none with that id.
+func (t *Tokens) Revoke(id string) (TokenInfo, bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := slices.IndexFunc(t.list, func(info TokenInfo) bool { return info.ID == id })
+	if i < 0 {
+		return TokenInfo{}, false, nil
+	}
+	info := t.list[i]
+	next := slices.Delete(slices.Clone(t.list), i, i+1)
+	if err := t.saveLocked(next); err != nil {
+		return TokenInfo{}, false, err
+	}
+	t.list = next
+	info.Hash = ""
+	return info, true, nil
+}
+
+// EnsureFile makes sure file (mode 0600) holds a valid token; when it does
+// not, it creates one for user with role, the scopes read and control, and
+// writes it there. It is how the agent CLI on the box finds its token.
+func (t *Tokens) EnsureFile(file, name, user string, role Role) (created bool, err error) {
+	if b, err := os.ReadFile(file); err == nil {
+		if _, err := t.Verify(strings.TrimSpace(string(b))); err == nil {
+			return false, nil
+		}
+	}
+	secret, _, err := t.Create(name, user, role, []string{ScopeRead, ScopeControl}, 0)
+	if err != nil {
+		return false, err
+	}
+	if err := writeFileAtomic(file, []byte(secret+"\n")); err != nil {
+		return false, fmt.Errorf("write token file: %w", err)
+	}
+	return true, nil
+}
+
+// pruneLocked drops tokens that expired more than a day ago.
+func (t *Tokens) pruneLocked() {
+	cut := t.now().Add(-24 * time.Hour)
+	t.list = slices.DeleteFunc(t.list, func(info TokenInfo) bool {
+		return !info.Expires.IsZero() && info.Expires.Before(cut)
+	})
+}
+
+func (t *Tokens) saveLocked(list []TokenInfo) error {
+	b, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(t.path, b); err != nil {
+		return fmt.Errorf("save tokens: %w", err)
+	}
+	return nil
+}
+
+func hashToken(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// writeFileAtomic writes b to path with mode 0600 through a temp file and
+// a rename, so a crash leaves the old or the new file, never half of one.
+func writeFileAtomic(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
