@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/appliance/web"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/certs"
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/httpapi"
 	"github.com/tabcast/tabcast/core/input"
@@ -109,6 +112,7 @@ type appliance struct {
 	signal   *signaling.Handler
 	probes   []encoder.Probe
 	codecs   []string
+	gate     *gate
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -150,12 +154,29 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	if len(a.codecs) == 0 {
 		return errors.New("the encoder plugin can produce neither H.264 nor VP8; run `tabcast doctor`")
 	}
+	if a.gate, err = openGate(ctx, cfg, a.sup, dir, stdout, log); err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s (server.listen): %w", cfg.Server.Listen, err)
 	}
-	base := "http://" + ln.Addr().String()
+	scheme := "http"
+	if a.gate.tlsConf != nil {
+		scheme = "https"
+		// Sessions open the built-in welcome page from the appliance
+		// itself: Chromium trusts exactly this certificate's key.
+		flags = append(flags, "--ignore-certificate-errors-spki-list="+base64.StdEncoding.EncodeToString(a.gate.spki))
+	}
+	// self is how Chromium on this box reaches the panel (the welcome page).
+	self := ln.Addr().(*net.TCPAddr)
+	selfHost := self.IP.String()
+	if self.IP.IsUnspecified() {
+		selfHost = "127.0.0.1"
+	}
+	selfAddr := net.JoinHostPort(selfHost, strconv.Itoa(self.Port))
+	base := scheme + "://" + selfAddr
 
 	bopts := browser.Options{
 		Path: cfg.Browser.Path, Headless: cfg.Browser.Headless, NoSandbox: cfg.Browser.NoSandbox,
@@ -180,7 +201,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			Codec: cfg.Video.Codec, FPS: cfg.Video.FPS, BitrateKbps: cfg.Video.BitrateKbps,
 			KeyframeInterval: cfg.Video.KeyframeInterval, Hardware: cfg.Video.Hardware,
 		},
-		Input:       inputPolicy(cfg, ln.Addr().String()),
+		Input:       inputPolicy(cfg, selfAddr),
 		IdleReclaim: cfg.Sessions.IdleReclaim,
 		// After a Chromium crash the next new session launches a fresh one.
 		Launch: func(ctx context.Context) (session.Browser, error) { return browser.Launch(ctx, bopts) },
@@ -191,13 +212,31 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	srv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			Sessions: a.sessions, Signal: a.signal, Panel: web.FS, Status: a.status, Ready: a.ready, Plugins: a.pluginMetrics,
-			Logger: log.With("component", "http"),
+			Auth: a.gate.opts, Logger: log.With("component", "http"),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		TLSConfig:         a.gate.tlsConf,
 	}
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.Serve(ln) }()
+	srvErr := make(chan error, 2)
+	go func() {
+		if srv.TLSConfig != nil {
+			srvErr <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		srvErr <- srv.Serve(ln)
+	}()
+	var redirect *http.Server
+	if cfg.Server.RedirectListen != "" && a.gate.tlsConf != nil {
+		rln, err := net.Listen("tcp", cfg.Server.RedirectListen)
+		if err != nil {
+			_ = srv.Close()
+			return fmt.Errorf("listen on %s (server.redirectListen): %w", cfg.Server.RedirectListen, err)
+		}
+		redirect = &http.Server{Handler: redirector(strconv.Itoa(self.Port)), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		go func() { srvErr <- redirect.Serve(rln) }()
+	}
 
 	if cfg.Sessions.OpenDefault {
 		start := cfg.Browser.StartURL
@@ -205,7 +244,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			start = base + "/welcome"
 		}
 		cctx, cancel := context.WithTimeout(ctx, cfg.Browser.StartTimeout)
-		s, err := a.sessions.Create(cctx, session.CreateOptions{URL: start, KeepIdle: true})
+		s, err := a.sessions.Create(cctx, session.CreateOptions{URL: start, KeepIdle: true, Owner: cfg.Sessions.DefaultOwner})
 		cancel()
 		if err != nil {
 			log.Error("default session failed", "err", err)
@@ -214,6 +253,13 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		}
 	}
 	fmt.Fprintf(stdout, "Tabcast is running. Open the panel: %s/\n", base)
+	if self.IP.IsUnspecified() {
+		for _, h := range certs.Hosts() {
+			if ip := net.ParseIP(h); ip != nil && !ip.IsLoopback() {
+				fmt.Fprintf(stdout, "  on the LAN: %s://%s/\n", scheme, net.JoinHostPort(h, strconv.Itoa(self.Port)))
+			}
+		}
+	}
 
 	select {
 	case <-ctx.Done():
@@ -224,6 +270,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	if redirect != nil {
+		_ = redirect.Shutdown(sctx)
+	}
 	return nil
 }
 
@@ -254,7 +303,11 @@ func (a *appliance) pluginFacts(ctx context.Context) ([]string, []encoder.Probe,
 // ready reports whether new sessions can be served. A crashed Chromium does
 // not make the appliance unready: the next session relaunches it.
 func (a *appliance) ready() error {
-	for _, h := range []*supervisor.Handle{a.capture, a.encoder} {
+	hs := []*supervisor.Handle{a.capture, a.encoder}
+	if a.gate.plugin != nil {
+		hs = append(hs, a.gate.plugin)
+	}
+	for _, h := range hs {
 		if st := h.Status(); st.State != "running" {
 			return fmt.Errorf("plugin %s is %s", st.Name, st.State)
 		}
@@ -305,6 +358,7 @@ func (a *appliance) shutdown() {
 	if a.sup != nil {
 		_ = a.sup.Shutdown(ctx)
 	}
+	a.gate.close()
 }
 
 // sessionsAdapter lets signaling see sessions through its own interfaces.

@@ -188,7 +188,7 @@ func tabcastLatency(ctx context.Context, bctx context.Context, pageURL string, r
 	defer leavePage(bctx)
 
 	for _, codec := range []string{"vp8", "h264"} {
-		if err := openPanel(ctx, bctx, a.URL+"/?codec="+codec); err != nil {
+		if err := openPanel(ctx, bctx, a, "/?codec="+codec); err != nil {
 			return fmt.Errorf("%s panel: %w\n%s", codec, err, a.LogTail(2000))
 		}
 		before, err := evalIn(bctx, chromedp.Evaluate[map[string]float64](inboundStatsJS, chromedp.EvalAwaitPromise))
@@ -237,8 +237,8 @@ func baselineLatency(ctx context.Context, bctx context.Context, pageURL string) 
 }
 
 // openPanel navigates the viewer to the panel and waits for video and input.
-func openPanel(ctx, bctx context.Context, url string) error {
-	if err := navigate(bctx, url); err != nil {
+func openPanel(ctx, bctx context.Context, a *harness.Appliance, path string) error {
+	if err := a.OpenPanel(bctx, "admin", a.AdminPassword, path); err != nil {
 		return err
 	}
 	return waitJS(ctx, bctx, `document.querySelector('[data-testid="conn-state"]').textContent.trim() === 'connected'

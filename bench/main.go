@@ -170,7 +170,7 @@ func watch(ctx context.Context, a *harness.Appliance, id, codec string, dur time
 			}
 		}
 	}()
-	r, err := viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, SessionID: id, Codec: codec, For: dur, OnFrame: onFrame})
+	r, err := viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: id, Codec: codec, For: dur, OnFrame: onFrame})
 	after, afterTime := sampleTree(a.Cmd.Process.Pid), time.Now()
 	close(stopPeak)
 	<-peakDone

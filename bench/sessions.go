@@ -45,7 +45,7 @@ func createToFirstFrame(ctx context.Context, a *harness.Appliance, pageURL strin
 	created := time.Since(start)
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	r, err := viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, SessionID: out.Session.ID, Codec: "h264", For: 10 * time.Millisecond})
+	r, err := viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: out.Session.ID, Codec: "h264", For: 10 * time.Millisecond})
 	if err != nil {
 		return 0, err
 	}

@@ -26,6 +26,7 @@ import (
 // meaning and allowed range is documented in config.default.yaml.
 type Config struct {
 	Server   Server   `koanf:"server"`
+	Auth     Auth     `koanf:"auth"`
 	Log      Log      `koanf:"log"`
 	Browser  Browser  `koanf:"browser"`
 	Sessions Sessions `koanf:"sessions"`
@@ -50,7 +51,26 @@ type Input struct {
 
 // Server is the HTTP listener.
 type Server struct {
-	Listen string `koanf:"listen"` // host:port; loopback only until auth lands
+	Listen string `koanf:"listen"` // host:port
+	// TLS: auto (HTTPS unless the listen host is loopback) | on | off.
+	TLS      string `koanf:"tls"`
+	CertFile string `koanf:"certFile"` // "" = generated in DataDir
+	KeyFile  string `koanf:"keyFile"`
+	// RedirectListen is a plain-HTTP listener that only redirects to HTTPS.
+	RedirectListen string `koanf:"redirectListen"`
+	// DataDir holds state the appliance makes: certificate, tokens, audit.
+	DataDir string `koanf:"dataDir"`
+}
+
+// Auth is who may use the panel and the API.
+type Auth struct {
+	Mode      string        `koanf:"mode"`   // local | none
+	Plugin    string        `koanf:"plugin"` // the auth plugin's name
+	LoginIdle time.Duration `koanf:"loginIdle"`
+	LoginMax  time.Duration `koanf:"loginMax"`
+	// AgentTokenFile receives a token for the agent CLI at first start;
+	// "" = DataDir/agent-token.
+	AgentTokenFile string `koanf:"agentTokenFile"`
 }
 
 // Log is the structured logger.
@@ -78,6 +98,8 @@ type Sessions struct {
 	// IdleReclaim closes a session nobody watches or drives for this long
 	// (0 = never).
 	IdleReclaim time.Duration `koanf:"idleReclaim"`
+	// DefaultOwner owns the session opened at start.
+	DefaultOwner string `koanf:"defaultOwner"`
 }
 
 // Video is the encoded stream.

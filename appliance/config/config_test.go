@@ -29,7 +29,8 @@ func readDefaults(t testing.TB) []byte {
 // so a change to config.default.yaml must be made deliberately here too.
 func wantDefaults() *Config {
 	return &Config{
-		Server: Server{Listen: "127.0.0.1:8080"},
+		Server: Server{Listen: "127.0.0.1:8080", TLS: "auto", DataDir: "/var/lib/tabcast"},
+		Auth:   Auth{Mode: "local", Plugin: "auth-local", LoginIdle: time.Hour, LoginMax: 12 * time.Hour},
 		Log:    Log{Level: "info"},
 		Browser: Browser{
 			Path:         "/usr/lib/chromium/chromium",
@@ -41,7 +42,7 @@ func wantDefaults() *Config {
 			Width:        1280,
 			Height:       720,
 		},
-		Sessions: Sessions{OpenDefault: true, Max: 4, MaxViewers: 4, IdleReclaim: 2 * time.Minute},
+		Sessions: Sessions{OpenDefault: true, Max: 4, MaxViewers: 4, IdleReclaim: 2 * time.Minute, DefaultOwner: "admin"},
 		Video: Video{
 			Codec:            "auto",
 			FPS:              24,
@@ -68,6 +69,8 @@ func wantDefaults() *Config {
 			Config: map[string]map[string]any{
 				"capture-cdp":    {"quality": 80, "everyNthFrame": 1, "maxWidth": 0, "maxHeight": 0},
 				"encoder-ffmpeg": {"hardware": "auto", "threads": 1, "h264Preset": "ultrafast"},
+				"auth-local": {"usersFile": "/etc/tabcast/users.yaml", "initialPasswordFile": "/etc/tabcast/initial-admin-password",
+					"maxFailures": 5, "lockoutBase": "1s"},
 			},
 		},
 	}
@@ -218,8 +221,13 @@ func TestFileErrors(t *testing.T) {
 		{"bare number duration", "browser:\n  startTimeout: 20\n", []string{`config: browser.startTimeout: wrong type: want duration`}},
 		{"duration range", "video:\n  keyframeInterval: 1m\n", []string{"config: video.keyframeInterval: out of range: 1m0s not in [500ms, 10s]"}},
 		{"negative duration", "plugins:\n  crashWindow: -5s\n", []string{"config: plugins.crashWindow: out of range: -5s"}},
-		{"non-loopback listen", "server:\n  listen: 0.0.0.0:8080\n", []string{"config: server.listen: 0.0.0.0 is not a loopback address"}},
-		{"all-interfaces listen", "server:\n  listen: \":8080\"\n", []string{"config: server.listen: all interfaces is not a loopback address"}},
+		{"non-loopback listen without auth", "server:\n  listen: 0.0.0.0:8080\nauth:\n  mode: none\n", []string{`config: auth.mode: none is allowed only when server.listen is a loopback address (got "0.0.0.0:8080")`}},
+		{"all-interfaces listen without TLS", "server:\n  listen: \":8080\"\n  tls: \"off\"\n", []string{"config: server.tls: off is allowed only when server.listen is a loopback address"}},
+		{"cert without key", "server:\n  certFile: /etc/tabcast/cert.pem\n", []string{"config: server.certFile: certFile and keyFile go together"}},
+		{"relative data dir", "server:\n  dataDir: data\n", []string{`config: server.dataDir: must be an absolute path, got "data"`}},
+		{"auth mode", "auth:\n  mode: ldap\n", []string{`config: auth.mode: invalid value "ldap"`}},
+		{"login expiry", "auth:\n  loginIdle: 1s\n", []string{"config: auth.loginIdle: out of range: 1s not in [1m0s, 720h0m0s]"}},
+		{"default owner", "sessions:\n  defaultOwner: \"a b\"\n", []string{`config: sessions.defaultOwner: invalid user name "a b"`}},
 		{"unparsable listen", "server:\n  listen: localhost\n", []string{`config: server.listen: invalid address "localhost"`}},
 		{"listen port", "server:\n  listen: 127.0.0.1:http\n", []string{`config: server.listen: invalid port "http"`}},
 		{"udp port", "webrtc:\n  udpPort: 80\n", []string{"config: webrtc.udpPort: out of range: 80 not 0 or in [1024, 65535]"}},
@@ -365,12 +373,12 @@ func TestEnvAndFlagErrors(t *testing.T) {
 		{"env bad bool", setup{env: []string{"TABCAST_BROWSER__HEADLESS=maybe"}}, []string{`config: browser.headless: wrong type: want boolean, got "maybe" (from env TABCAST_BROWSER__HEADLESS)`}},
 		{"env range names var", setup{env: []string{"TABCAST_VIDEO__FPS=61"}}, []string{`config: video.fps: out of range: 61 not in [1, 60] (from env TABCAST_VIDEO__FPS)`}},
 		{"env set twice", setup{env: []string{"TABCAST_VIDEO__FPS=20", "TABCAST_video__fps=21"}}, []string{`config: video.fps: set twice (also by TABCAST_VIDEO__FPS) (from env TABCAST_video__fps)`}},
-		{"env bad listen", setup{env: []string{"TABCAST_SERVER__LISTEN=10.0.0.1:80"}}, []string{"config: server.listen: 10.0.0.1 is not a loopback address", "(from env TABCAST_SERVER__LISTEN)"}},
+		{"env bad listen", setup{env: []string{"TABCAST_SERVER__LISTEN=10.0.0.1:80", "TABCAST_AUTH__MODE=none"}}, []string{"config: auth.mode: none is allowed only when server.listen is a loopback address", "(from env TABCAST_AUTH__MODE)"}},
 		{"--set unknown", setup{args: []string{"--set", "video.nope=1"}}, []string{"config: video.nope: unknown key (from --set)"}},
 		{"--set no equals", setup{args: []string{"--set", "video.fps"}}, []string{`config: --set "video.fps": want key.path=value`}},
 		{"--set wrong type", setup{args: []string{"--set", "video.fps=fast"}}, []string{`config: video.fps: wrong type: want integer, got "fast" (from --set video.fps)`}},
 		{"--set duration", setup{args: []string{"--set", "plugins.pingInterval=2"}}, []string{`config: plugins.pingInterval: wrong type: want duration`}},
-		{"--listen non-loopback", setup{args: []string{"--listen", "0.0.0.0:80"}}, []string{"config: server.listen: 0.0.0.0 is not a loopback address", "(from --listen)"}},
+		{"--listen non-loopback", setup{args: []string{"--listen", "0.0.0.0:80", "--set", "server.tls=off"}}, []string{"config: server.tls: off is allowed only when server.listen is a loopback address", "(from --set server.tls)"}},
 		{"--log-level bad", setup{args: []string{"--log-level", "loud"}}, []string{`config: log.level: invalid value "loud"`, "(from --log-level)"}},
 		{"errors from all layers", setup{
 			file: str("video:\n  fsp: 1\n"),

@@ -16,6 +16,8 @@ import (
 // plugins dir, so nothing that could walk out of it.
 var plainName = regexp.MustCompile(`^[a-z0-9-]+$`)
 
+var userNameRE = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
+
 var hex64 = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
 // coreBrowserFlags are Chromium flags tabcast sets itself; letting
@@ -76,7 +78,42 @@ var schemeRE = regexp.MustCompile(`^[a-z][a-z0-9+.-]{0,31}$`)
 func validate(cfg *Config, origin func(string) string) []error {
 	c := &checker{origin: origin}
 
-	c.listen("server.listen", cfg.Server.Listen)
+	loopback := c.listen("server.listen", cfg.Server.Listen)
+	sv := cfg.Server
+	c.enum("server.tls", sv.TLS, "auto", "on", "off")
+	if (sv.CertFile == "") != (sv.KeyFile == "") {
+		c.fail("server.certFile", "certFile and keyFile go together: set both or neither")
+	}
+	for key, f := range map[string]string{"server.certFile": sv.CertFile, "server.keyFile": sv.KeyFile, "server.dataDir": sv.DataDir} {
+		if f != "" && !filepath.IsAbs(f) {
+			c.fail(key, "must be an absolute path, got %q", f)
+		}
+	}
+	if sv.DataDir == "" {
+		c.fail("server.dataDir", "must not be empty")
+	}
+	if sv.RedirectListen != "" {
+		c.listen("server.redirectListen", sv.RedirectListen)
+		if sv.TLS == "off" {
+			c.fail("server.redirectListen", "redirects to HTTPS, but server.tls is off")
+		}
+	}
+	au := cfg.Auth
+	c.enum("auth.mode", au.Mode, "local", "none")
+	c.name("auth.plugin", au.Plugin)
+	c.durRange("auth.loginIdle", au.LoginIdle, time.Minute, 30*24*time.Hour)
+	c.durRange("auth.loginMax", au.LoginMax, time.Minute, 90*24*time.Hour)
+	if au.AgentTokenFile != "" && !filepath.IsAbs(au.AgentTokenFile) {
+		c.fail("auth.agentTokenFile", "must be an absolute path or empty, got %q", au.AgentTokenFile)
+	}
+	// Off loopback, everyone on the LAN can reach the appliance: it must
+	// know who they are, and browsers allow WebRTC only in secure contexts.
+	if !loopback && au.Mode == "none" {
+		c.fail("auth.mode", "none is allowed only when server.listen is a loopback address (got %q)", cfg.Server.Listen)
+	}
+	if !loopback && sv.TLS == "off" {
+		c.fail("server.tls", "off is allowed only when server.listen is a loopback address: browsers allow WebRTC and the clipboard only over https or on localhost")
+	}
 	c.enum("log.level", cfg.Log.Level, "debug", "info", "warn", "error")
 
 	b := cfg.Browser
@@ -94,6 +131,9 @@ func validate(cfg *Config, origin func(string) string) []error {
 
 	c.intRange("sessions.max", cfg.Sessions.Max, 1, 64)
 	c.intRange("sessions.maxViewers", cfg.Sessions.MaxViewers, 1, 64)
+	if !userNameRE.MatchString(cfg.Sessions.DefaultOwner) {
+		c.fail("sessions.defaultOwner", "invalid user name %q", cfg.Sessions.DefaultOwner)
+	}
 	if d := cfg.Sessions.IdleReclaim; d != 0 {
 		c.durRange("sessions.idleReclaim", d, time.Second, 24*time.Hour)
 	}
@@ -166,28 +206,28 @@ func validate(cfg *Config, origin func(string) string) []error {
 	return c.errs
 }
 
-// listen accepts host:port with a numeric port and, until authentication
-// exists, only a loopback host.
-func (c *checker) listen(path, v string) {
+// listen accepts host:port with a numeric port and reports whether the
+// host is a loopback one (an empty host means every interface).
+func (c *checker) listen(path, v string) bool {
 	host, port, err := net.SplitHostPort(v)
 	if err != nil {
 		c.fail(path, "invalid address %q: want host:port", v)
-		return
+		return true
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		c.fail(path, "invalid port %q in %q: want 0..65535", port, v)
-		return
+		return true
 	}
+	return IsLoopbackHost(host)
+}
+
+// IsLoopbackHost reports whether host (of a listen address) is loopback.
+func IsLoopbackHost(host string) bool {
 	if strings.EqualFold(host, "localhost") {
-		return
+		return true
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return
-	}
-	if host == "" {
-		host = "all interfaces"
-	}
-	c.fail(path, "%s is not a loopback address: only 127.0.0.0/8, ::1 or localhost are allowed until authentication is enabled", host)
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (c *checker) startURL(path, v string) {

@@ -4,6 +4,7 @@
 // peer's DataChannels (input.js). Plain ES modules, no build.
 
 import { createInput } from "./input.js";
+import { api, whoami } from "./api.js";
 
 const MIN_BACKOFF_MS = 1000;
 const MAX_BACKOFF_MS = 10000;
@@ -115,13 +116,9 @@ function viewerCodecs() {
 }
 
 async function pickSession() {
-  const res = await fetch("/api/v1/sessions", {
-    credentials: "same-origin",
-    headers: { Accept: "application/json" },
-  });
-  if (!res.ok) throw new Error(`session list: HTTP ${res.status}`);
-  const body = await res.json();
-  if (!body.ok || !Array.isArray(body.sessions)) throw new Error("session list: bad response");
+  await whoami();
+  const body = await api("GET", "/api/v1/sessions");
+  if (!Array.isArray(body.sessions)) throw new Error("session list: bad response");
   const want = params.get("session");
   const s = want ? body.sessions.find((x) => x.id === want) : body.sessions[0];
   if (!s) throw new Error(want ? `session ${want} not found` : "no session is running");

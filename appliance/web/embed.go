@@ -7,5 +7,5 @@ import "embed"
 
 // FS holds the panel files at its root.
 //
-//go:embed index.html app.js input.js style.css welcome.html
+//go:embed *.html *.js *.css
 var FS embed.FS

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"fmt"
+	"github.com/tabcast/tabcast/core/access"
 	"io"
 	"net/http"
 	"strconv"
@@ -20,7 +21,10 @@ type PluginMetric struct {
 
 // metrics writes the Prometheus text exposition format. Label values are
 // ids and fixed words only: no URLs or titles (they may be private).
-func (a *api) metrics(w http.ResponseWriter, _ *http.Request) {
+func (a *api) metrics(w http.ResponseWriter, r *http.Request) {
+	if !require(w, r, access.ScopeRead) {
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	var b strings.Builder
 	sessions := a.o.Sessions.List()

@@ -12,9 +12,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/tabcast/tabcast/core/access"
+	"github.com/tabcast/tabcast/core/audit"
 	"github.com/tabcast/tabcast/core/session"
 )
 
@@ -36,6 +39,7 @@ type Options struct {
 	Plugins func() []PluginMetric
 	// Ready reports nil when the appliance can serve sessions.
 	Ready  func() error
+	Auth   AuthOptions
 	Logger *slog.Logger
 }
 
@@ -52,13 +56,24 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /readyz", a.readyz)
 	mux.HandleFunc("GET /api/v1/status", a.status)
 	mux.HandleFunc("GET /metrics", a.metrics)
+	mux.HandleFunc("POST /api/v1/auth/login", a.login)
+	mux.HandleFunc("POST /api/v1/auth/logout", a.logout)
+	mux.HandleFunc("GET /api/v1/auth/me", a.whoami)
+	mux.HandleFunc("POST /api/v1/auth/password", a.changePassword)
+	mux.HandleFunc("GET /api/v1/tokens", a.listTokens)
+	mux.HandleFunc("POST /api/v1/tokens", a.createToken)
+	mux.HandleFunc("DELETE /api/v1/tokens/{id}", a.revokeToken)
+	mux.HandleFunc("GET /api/v1/audit", a.auditLog)
 	mux.HandleFunc("GET /api/v1/sessions", a.listSessions)
 	mux.HandleFunc("POST /api/v1/sessions", a.createSession)
 	mux.HandleFunc("GET /api/v1/sessions/{id}", a.getSession)
 	mux.HandleFunc("DELETE /api/v1/sessions/{id}", a.closeSession)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/navigate", a.navigate)
+	mux.HandleFunc("GET /api/v1/sessions/{id}/thumbnail", a.thumbnail)
+	mux.HandleFunc("POST /api/v1/sessions/{id}/invites", a.invite)
+	mux.HandleFunc("DELETE /api/v1/sessions/{id}/invites/{user}", a.uninvite)
 	if o.Signal != nil {
-		mux.Handle("GET /api/v1/sessions/{id}/signal", o.Signal)
+		mux.HandleFunc("GET /api/v1/sessions/{id}/signal", a.signal)
 	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such endpoint", Hint: "see docs/protocol.md"})
@@ -77,16 +92,25 @@ func New(o Options) http.Handler {
 			files.ServeHTTP(w, r)
 		})))
 	}
-	return mux
+	return securityHeaders(a.withAuth(mux))
+}
+
+// securityHeaders apply to every response: nothing of the appliance may be
+// framed, sniffed or leak its URLs through Referer.
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		h.ServeHTTP(w, r)
+	})
 }
 
 // panelHeaders keeps the panel from being framed or sniffed and limits
 // where it may load code from.
 func panelHeaders(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Header().Set("Referrer-Policy", "no-referrer")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self' data: blob:; style-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 		h.ServeHTTP(w, r)
 	})
 }
@@ -103,7 +127,10 @@ func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
 
-func (a *api) status(w http.ResponseWriter, _ *http.Request) {
+func (a *api) status(w http.ResponseWriter, r *http.Request) {
+	if !require(w, r, access.ScopeRead) {
+		return
+	}
 	var st any
 	if a.o.Status != nil {
 		st = a.o.Status()
@@ -111,14 +138,50 @@ func (a *api) status(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "status": st})
 }
 
-func (a *api) listSessions(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "sessions": a.o.Sessions.List()})
+func (a *api) listSessions(w http.ResponseWriter, r *http.Request) {
+	if !require(w, r, access.ScopeRead) {
+		return
+	}
+	p := principal(r)
+	out := []session.Snapshot{}
+	for _, snap := range a.o.Sessions.List() {
+		if p.CanSee(snap.Owner, slices.Contains(snap.Invited, p.User)) {
+			out = append(out, snap)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "sessions": out})
+}
+
+// visible returns the session when the caller may see it; anything else is
+// the same 404 as an unknown id, so ids of others' sessions leak nothing.
+func (a *api) visible(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
+	s, err := a.o.Sessions.Get(r.PathValue("id"))
+	if err == nil && !principal(r).CanSee(s.Owner(), s.Invited(principal(r).User)) {
+		err = session.ErrNotFound
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return nil, false
+	}
+	return s, true
+}
+
+// operable returns the session when the caller may drive it.
+func (a *api) operable(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
+	s, ok := a.visible(w, r)
+	if !ok {
+		return nil, false
+	}
+	if !principal(r).CanOperate(s.Owner()) {
+		writeError(w, http.StatusForbidden, APIError{Code: CodeForbidden, Message: "you may watch this session but not operate it"})
+		return nil, false
+	}
+	return s, true
 }
 
 func (a *api) getSession(w http.ResponseWriter, r *http.Request) {
-	s, err := a.o.Sessions.Get(r.PathValue("id"))
-	if err != nil {
-		a.fail(w, r, err)
+	s, ok := a.visible(w, r)
+	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
@@ -131,6 +194,9 @@ type createRequest struct {
 }
 
 func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
+	if !require(w, r, access.ScopeControl) {
+		return
+	}
 	var req createRequest
 	if !decodeBody(w, r, &req) {
 		return
@@ -153,21 +219,29 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height})
+	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height, Owner: principal(r).User})
 	if err != nil {
+		_, e := fromError(err)
+		a.audit(r, audit.Record{Action: "session.create", Outcome: audit.Failed, Code: e.Code})
 		a.fail(w, r, err)
 		return
 	}
+	a.audit(r, audit.Record{Action: "session.create", Session: audit.HashSession(s.ID()), Outcome: audit.OK})
 	writeJSON(w, http.StatusCreated, map[string]any{"ok": true, "session": s.Snapshot()})
 }
 
 func (a *api) closeSession(w http.ResponseWriter, r *http.Request) {
+	s, ok := a.operable(w, r)
+	if !ok {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	if err := a.o.Sessions.Close(ctx, r.PathValue("id")); err != nil {
+	if err := a.o.Sessions.Close(ctx, s.ID()); err != nil {
 		a.fail(w, r, err)
 		return
 	}
+	a.audit(r, audit.Record{Action: "session.close", Session: audit.HashSession(s.ID()), Outcome: audit.OK})
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
 
@@ -184,9 +258,8 @@ func (a *api) navigate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "url: " + err.Error()})
 		return
 	}
-	s, err := a.o.Sessions.Get(r.PathValue("id"))
-	if err != nil {
-		a.fail(w, r, err)
+	s, ok := a.operable(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)

@@ -138,6 +138,16 @@ func (s *Session) Invited(user string) bool {
 	return found
 }
 
+// Thumbnail returns the newest captured picture when it is a JPEG (the CDP
+// capture path), for the panel's session grid: a still image, not a peer.
+func (s *Session) Thumbnail() ([]byte, time.Time, bool) {
+	f := s.lastFrame.Load()
+	if f == nil || f.Format != capture.FormatJPEG {
+		return nil, time.Time{}, false
+	}
+	return f.Data, f.CaptureTime, true
+}
+
 // Done is closed when the session starts closing (closed or failed).
 func (s *Session) Done() <-chan struct{} { return s.done }
 

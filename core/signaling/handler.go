@@ -152,6 +152,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h:         h,
 		ws:        ws,
 		sessionID: r.PathValue("id"),
+		viewer:    viewerFrom(r.Context()),
 		out:       make(chan outFrame, queueSize),
 	}
 	c.log = h.log.With("session", c.sessionID)
@@ -181,6 +182,7 @@ type conn struct {
 	h         *Handler
 	ws        *websocket.Conn
 	sessionID string
+	viewer    Viewer
 	log       *slog.Logger
 	out       chan outFrame
 
@@ -408,8 +410,11 @@ func (c *conn) hello(m Message) error {
 		in       Input
 		inputErr string
 	)
-	if m.Interactive {
-		in, err = c.media.OpenInput(localOwner, c.onState)
+	switch {
+	case m.Interactive && !c.viewer.Input:
+		inputErr = wire.CodeViewOnly
+	case m.Interactive:
+		in, err = c.media.OpenInput(c.viewer.Name, c.onState)
 		if err != nil {
 			// The viewer still watches; welcome says why it cannot act.
 			inputErr = inputErrorCode(err)

@@ -1,6 +1,7 @@
 package signaling
 
 import (
+	"context"
 	"errors"
 
 	"github.com/tabcast/tabcast/core/wire"
@@ -43,8 +44,33 @@ type StateEvent struct {
 	Payload any
 }
 
-// Owner of local viewers' producers until authentication lands.
-const localOwner = "local"
+// Viewer is who is on the other end of a signaling socket, as the HTTP
+// layer authenticated them.
+type Viewer struct {
+	// Name owns the viewer's input producer (it fences and audits it).
+	Name string
+	// Input: the viewer may act on the page; otherwise it only watches,
+	// even if its hello asks to be interactive.
+	Input bool
+}
+
+type viewerKey struct{}
+
+// WithViewer returns ctx carrying v for ServeHTTP.
+func WithViewer(ctx context.Context, v Viewer) context.Context {
+	return context.WithValue(ctx, viewerKey{}, v)
+}
+
+// localViewer is a request without a Viewer: the handler used on its own
+// (tests, an appliance without users).
+var localViewer = Viewer{Name: "local", Input: true}
+
+func viewerFrom(ctx context.Context) Viewer {
+	if v, ok := ctx.Value(viewerKey{}).(Viewer); ok {
+		return v
+	}
+	return localViewer
+}
 
 // inputErrorCode names why an interactive hello got no producer (welcome's
 // inputError).

@@ -52,6 +52,7 @@ const (
 	CodeWrongIdentity   = "wrong_identity"           // browserSessionId, peerId or producerId is not this connection's
 	CodeStaleGeneration = action.CodeStaleGeneration // connectionGeneration or producerGeneration is not the current one, or the producer ended
 	CodeNotInteractive  = "not_interactive"          // this connection holds no producer
+	CodeViewOnly        = "view_only"                // the viewer may watch this session, not act on it
 )
 
 // Error is a refused message with a stable code. Message is safe to show

@@ -147,7 +147,7 @@ func TestPanelPlaysLiveVideo(t *testing.T) {
 		t.Run(codec, func(t *testing.T) {
 			bctx := viewerBrowser(t)
 			start := time.Now()
-			if err := chromedp.Do(bctx, chromedp.Navigate(a.URL+"/?codec="+codec)); err != nil {
+			if err := a.OpenPanel(bctx, "admin", a.AdminPassword, "/?codec="+codec); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := waitEval(bctx, connState, func(s string) bool { return s == "connected" }, 15*time.Second); err != nil {
@@ -199,7 +199,7 @@ func TestPictureFollowsThePage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	bctx := viewerBrowser(t)
-	if err := chromedp.Do(bctx, chromedp.Navigate(a.URL+"/?codec=vp8")); err != nil {
+	if err := a.OpenPanel(bctx, "admin", a.AdminPassword, "/?codec=vp8"); err != nil {
 		t.Fatal(err)
 	}
 	near := func(want [3]int) func([]int) bool {
@@ -244,7 +244,7 @@ func TestGoViewer(t *testing.T) {
 		t.Run(codec, func(t *testing.T) {
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			r, err := viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, SessionID: s.ID, Codec: codec, For: 5 * time.Second, PLIAfter: 30})
+			r, err := viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: s.ID, Codec: codec, For: 5 * time.Second, PLIAfter: 30})
 			if err != nil {
 				t.Fatalf("%v\n%s", err, a.LogTail(3000))
 			}
@@ -259,7 +259,9 @@ func TestGoViewer(t *testing.T) {
 			if r.Keyframes < 2 {
 				t.Errorf("%d keyframes, want >= 2 (first frame and the PLI answer)", r.Keyframes)
 			}
-			resp, err := http.Get(a.URL + "/metrics")
+			req, _ := http.NewRequest("GET", a.URL+"/metrics", nil)
+			req.Header.Set("Authorization", "Bearer "+a.Token)
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -369,7 +371,7 @@ func TestStreamSurvivesPluginCrashes(t *testing.T) {
 	)
 	done := make(chan error, 1)
 	go func() {
-		_, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, SessionID: s.ID, Codec: "vp8", For: 12 * time.Second,
+		_, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: s.ID, Codec: "vp8", For: 12 * time.Second,
 			OnFrame: func(f viewer.Frame) { mu.Lock(); frames = append(frames, f.Arrived); mu.Unlock() }})
 		done <- err
 	}()

@@ -57,7 +57,7 @@ func startInteractive(t *testing.T) *interactive {
 	t.Cleanup(srv.Close)
 	a, s := startWithSession(t, srv.URL+"/")
 	bctx := viewerBrowser(t)
-	if err := chromedp.Do(bctx, chromedp.Navigate(a.URL+"/?codec=vp8")); err != nil {
+	if err := a.OpenPanel(bctx, "admin", a.AdminPassword, "/?codec=vp8"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := waitEval(bctx, connState, func(s string) bool { return s == "connected" }, 20*time.Second); err != nil {

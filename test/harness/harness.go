@@ -44,7 +44,7 @@ func Binaries() (string, error) {
 		if buildErr != nil {
 			return
 		}
-		for pkg, out := range map[string]string{"./appliance": "tabcast", "./capture-cdp": "capture-cdp", "./encoder-ffmpeg": "encoder-ffmpeg"} {
+		for pkg, out := range map[string]string{"./appliance": "tabcast", "./capture-cdp": "capture-cdp", "./encoder-ffmpeg": "encoder-ffmpeg", "./auth-local": "auth-local"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, out), pkg)
 			cmd.Dir = repoRoot()
 			if b, err := cmd.CombinedOutput(); err != nil {
@@ -58,18 +58,45 @@ func Binaries() (string, error) {
 
 // Appliance is one running `tabcast run`.
 type Appliance struct {
-	URL     string // http://127.0.0.1:PORT
+	URL string // http://127.0.0.1:PORT
+	// Token is the agent CLI token the appliance wrote at first start (an
+	// admin's): Do sends it.
+	Token string
+	// DataDir is the appliance's server.dataDir.
+	DataDir string
+	// UsersFile is the auth-local users file; AdminPassword is the
+	// password of its user "admin" (no forced change).
+	UsersFile     string
+	AdminPassword string
+	// InitialPassword is the one-time admin password a first start printed.
+	InitialPassword string
+	// Client talks to the appliance (it trusts its certificate over TLS).
+	Client  *http.Client
 	Cmd     *exec.Cmd
 	LogPath string
 	done    chan struct{}
 	waitErr error
 }
 
-var panelLine = regexp.MustCompile(`Open the panel: (http://[^ /]+)/`)
+var panelLine = regexp.MustCompile(`Open the panel: (https?://[^ /]+)/`)
 
 // Start runs `tabcast run` on a free loopback port with extra `--set`
 // values and waits until it prints its panel URL.
 func Start(ctx context.Context, logDir string, sets ...string) (*Appliance, error) {
+	return StartWith(ctx, logDir, Options{}, sets...)
+}
+
+// Options change how StartWith prepares the appliance.
+type Options struct {
+	// NoUsers leaves the users file empty: the appliance's first start
+	// creates admin with a one-time password (InitialPassword).
+	NoUsers bool
+}
+
+var firstStartLine = regexp.MustCompile(`one-time password (\S+) `)
+
+// StartWith is Start with options.
+func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*Appliance, error) {
 	bin, err := Binaries()
 	if err != nil {
 		return nil, err
@@ -79,7 +106,20 @@ func Start(ctx context.Context, logDir string, sets ...string) (*Appliance, erro
 	if err := os.WriteFile(cfgPath, []byte("# test: embedded defaults\n"), 0o600); err != nil {
 		return nil, err
 	}
-	args := []string{"run", "--config", cfgPath, "--listen", "127.0.0.1:0", "--set", "plugins.dir=" + bin}
+	// State and users live in the test's directory; admin exists with a
+	// known password, so tests log in without the first-start change.
+	dataDir := filepath.Join(logDir, "data")
+	usersFile := filepath.Join(logDir, "users.yaml")
+	if !o.NoUsers {
+		if err := AddUser(usersFile, "admin", "admin", AdminPassword); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{"run", "--config", cfgPath, "--listen", "127.0.0.1:0", "--set", "plugins.dir=" + bin,
+		"--set", "server.dataDir=" + dataDir,
+		"--set", "plugins.config.auth-local.usersFile=" + usersFile,
+		"--set", "plugins.config.auth-local.initialPasswordFile=" + filepath.Join(logDir, "initial-admin-password"),
+	}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
@@ -106,11 +146,18 @@ func Start(ctx context.Context, logDir string, sets ...string) (*Appliance, erro
 		logf.Close()
 		return nil, err
 	}
-	a := &Appliance{Cmd: cmd, LogPath: logPath, done: make(chan struct{})}
+	a := &Appliance{Cmd: cmd, LogPath: logPath, done: make(chan struct{}), DataDir: dataDir,
+		UsersFile: usersFile, Client: &http.Client{Timeout: 2 * time.Minute}}
+	if !o.NoUsers {
+		a.AdminPassword = AdminPassword
+	}
 	urlc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			if m := firstStartLine.FindStringSubmatch(sc.Text()); m != nil {
+				a.InitialPassword = m[1] // written before the panel line
+			}
 			if m := panelLine.FindStringSubmatch(sc.Text()); m != nil {
 				select {
 				case urlc <- m[1]:
@@ -127,6 +174,13 @@ func Start(ctx context.Context, logDir string, sets ...string) (*Appliance, erro
 	}()
 	select {
 	case a.URL = <-urlc:
+		if b, err := os.ReadFile(filepath.Join(dataDir, "agent-token")); err == nil {
+			a.Token = strings.TrimSpace(string(b))
+		}
+		if err := a.trustCertificate(); err != nil {
+			a.Kill()
+			return nil, err
+		}
 		return a, nil
 	case <-a.done:
 		return nil, fmt.Errorf("tabcast exited before serving: %v\n%s", a.waitErr, a.LogTail(4000))
@@ -223,7 +277,10 @@ func (a *Appliance) Do(ctx context.Context, method, path, body string, out any) 
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if a.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.Token)
+	}
+	resp, err := a.Client.Do(req)
 	if err != nil {
 		return err
 	}

@@ -53,6 +53,11 @@ type Options struct {
 	// PLIAfter, if > 0, sends one PLI after that many frames.
 	PLIAfter int
 	Header   http.Header
+	// Token, if set, is sent as a Bearer token.
+	Token string
+	// HTTPClient dials the signaling socket (e.g. trusting a test
+	// certificate); nil means the default client.
+	HTTPClient *http.Client
 }
 
 type message struct {
@@ -71,7 +76,14 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 	res := Result{}
 	start := time.Now()
 	wsURL := "ws" + strings.TrimPrefix(o.BaseURL, "http") + "/api/v1/sessions/" + o.SessionID + "/signal"
-	ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: o.Header})
+	hdr := o.Header.Clone()
+	if o.Token != "" {
+		if hdr == nil {
+			hdr = http.Header{}
+		}
+		hdr.Set("Authorization", "Bearer "+o.Token)
+	}
+	ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: o.HTTPClient})
 	if err != nil {
 		return res, fmt.Errorf("dial signaling: %w", err)
 	}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tabcast/tabcast/appliance/config"
+	"github.com/tabcast/tabcast/core/access"
+	"github.com/tabcast/tabcast/core/audit"
+	"github.com/tabcast/tabcast/core/certs"
+	"github.com/tabcast/tabcast/core/httpapi"
+	"github.com/tabcast/tabcast/core/supervisor"
+	"github.com/tabcast/tabcast/plugins"
+	"github.com/tabcast/tabcast/plugins/auth"
+)
+
+// auditMaxBytes rotates the audit log (one old file is kept).
+const auditMaxBytes = 20 << 20
+
+// gate is everything that decides who may use the appliance.
+type gate struct {
+	opts    httpapi.AuthOptions
+	plugin  *supervisor.Handle // nil when auth.mode is none
+	tlsConf *tls.Config        // nil when serving plain HTTP
+	certFP  string             // SHA-256 fingerprint of the served certificate
+	spki    []byte             // SHA-256 of its public key, for Chromium's trust flag
+}
+
+// tlsWanted applies server.tls: auto means HTTPS unless the listen host is
+// loopback (browsers treat localhost as a secure context already).
+func tlsWanted(cfg *config.Config) bool {
+	switch cfg.Server.TLS {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	host, _, _ := net.SplitHostPort(cfg.Server.Listen)
+	return !config.IsLoopbackHost(host)
+}
+
+// agentTokenFile is where the agent CLI finds its token.
+func agentTokenFile(cfg *config.Config) string {
+	if cfg.Auth.AgentTokenFile != "" {
+		return cfg.Auth.AgentTokenFile
+	}
+	return filepath.Join(cfg.Server.DataDir, "agent-token")
+}
+
+// openGate prepares auth (plugin, tokens, logins, audit) and TLS. It prints
+// first-start facts (the one-time admin password, the certificate's
+// fingerprint) on stdout, the console, and never in the log.
+func openGate(ctx context.Context, cfg *config.Config, sup *supervisor.Supervisor, dir string, stdout io.Writer, log interface{ Info(string, ...any) }) (*gate, error) {
+	started := time.Now()
+	if err := os.MkdirAll(cfg.Server.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("server.dataDir: %w", err)
+	}
+	al, err := audit.Open(filepath.Join(cfg.Server.DataDir, "audit.log"), auditMaxBytes)
+	if err != nil {
+		return nil, err
+	}
+	g := &gate{opts: httpapi.AuthOptions{None: cfg.Auth.Mode == "none", Audit: al, LoginMax: cfg.Auth.LoginMax}}
+	if !g.opts.None {
+		if g.plugin, err = startPlugin(ctx, sup, cfg, dir, plugins.KindAuth, cfg.Auth.Plugin); err != nil {
+			return nil, err
+		}
+		h := g.plugin
+		g.opts.Plugin = func(ctx context.Context) (auth.Authenticator, error) {
+			c, _, err := h.Client(ctx)
+			if err != nil {
+				return nil, err
+			}
+			a, ok := c.(auth.Authenticator)
+			if !ok {
+				return nil, fmt.Errorf("plugin %s is not an auth plugin", cfg.Auth.Plugin)
+			}
+			return a, nil
+		}
+		g.opts.Logins = access.NewLogins(cfg.Auth.LoginIdle, cfg.Auth.LoginMax)
+		if g.opts.Tokens, err = access.OpenTokens(filepath.Join(cfg.Server.DataDir, "tokens.json")); err != nil {
+			return nil, err
+		}
+		file := agentTokenFile(cfg)
+		created, err := g.opts.Tokens.EnsureFile(file, "agent CLI on the appliance", cfg.Sessions.DefaultOwner, access.RoleAdmin)
+		if err != nil {
+			return nil, fmt.Errorf("agent token: %w", err)
+		}
+		if created {
+			log.Info("created the agent CLI token", "file", file)
+		}
+		printInitialPassword(cfg, started, stdout)
+	}
+	if tlsWanted(cfg) {
+		if err := g.openTLS(cfg, stdout); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// printInitialPassword shows the admin password the auth plugin made at
+// this start, once, on the console.
+func printInitialPassword(cfg *config.Config, started time.Time, stdout io.Writer) {
+	if cfg.Auth.Plugin != "auth-local" {
+		return
+	}
+	path, _ := cfg.Plugins.Config["auth-local"]["initialPasswordFile"].(string)
+	if path == "" {
+		return
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.ModTime().Before(started.Add(-time.Second)) {
+		return
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(stdout, "First start: log in as admin with the one-time password %s (also in %s; you must change it at the first login).\n",
+		strings.TrimSpace(string(b)), path)
+}
+
+func (g *gate) openTLS(cfg *config.Config, stdout io.Writer) error {
+	certFile, keyFile := cfg.Server.CertFile, cfg.Server.KeyFile
+	if certFile == "" {
+		cf, kf, created, missing, err := certs.EnsureSelfSigned(cfg.Server.DataDir, certs.Hosts())
+		if err != nil {
+			return err
+		}
+		certFile, keyFile = cf, kf
+		if created {
+			fmt.Fprintf(stdout, "Generated a self-signed TLS certificate: %s\n", cf)
+		}
+		if len(missing) > 0 {
+			fmt.Fprintf(stdout, "Note: the certificate does not name %s; delete %s to make a new one.\n", strings.Join(missing, ", "), cf)
+		}
+	}
+	r, err := certs.NewReloader(certFile, keyFile)
+	if err != nil {
+		return fmt.Errorf("server.certFile: %w", err)
+	}
+	leaf := r.Leaf()
+	g.certFP, g.spki = certs.Fingerprint(leaf.Raw), certs.SPKIHash(leaf)
+	fmt.Fprintf(stdout, "TLS certificate SHA-256 fingerprint: %s\n", g.certFP)
+	g.tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
+	g.opts.Secure = true
+	return nil
+}
+
+// redirector answers plain HTTP with a redirect to the HTTPS port.
+func redirector(httpsPort string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if strings.Contains(host, ":") {
+			host = "[" + host + "]"
+		}
+		target := "https://" + host
+		if httpsPort != "443" {
+			target += ":" + httpsPort
+		}
+		http.Redirect(w, r, target+r.URL.RequestURI(), http.StatusPermanentRedirect)
+	})
+}
+
+func (g *gate) close() {
+	if g != nil {
+		_ = g.opts.Audit.Close()
+	}
+}

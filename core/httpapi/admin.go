@@ -1,0 +1,177 @@
+package httpapi
+
+import (
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/tabcast/tabcast/core/access"
+	"github.com/tabcast/tabcast/core/audit"
+	"github.com/tabcast/tabcast/core/signaling"
+)
+
+// userName is the form of a user name in API paths and bodies.
+var userName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
+
+func (a *api) listTokens(w http.ResponseWriter, r *http.Request) {
+	if !require(w, r, access.ScopeAdmin) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "tokens": a.o.Auth.Tokens.List()})
+}
+
+type tokenRequest struct {
+	Name   string   `json:"name"`
+	User   string   `json:"user"`
+	Role   string   `json:"role"`
+	Scopes []string `json:"scopes"`
+	// TTL like "720h"; "" never expires.
+	TTL string `json:"ttl"`
+}
+
+func (a *api) createToken(w http.ResponseWriter, r *http.Request) {
+	if !require(w, r, access.ScopeAdmin) {
+		return
+	}
+	var req tokenRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.User == "" {
+		req.User = principal(r).User
+	}
+	if !userName.MatchString(req.User) {
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "user: want 1..64 of A-Z a-z 0-9 . _ @ -"})
+		return
+	}
+	role, ok := access.ParseRole(req.Role)
+	if !ok {
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "role: want admin, operator or viewer"})
+		return
+	}
+	var ttl time.Duration
+	if req.TTL != "" {
+		d, err := time.ParseDuration(req.TTL)
+		if err != nil || d < time.Minute || d > 5*365*24*time.Hour {
+			writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: `ttl: a duration from "1m" to "43800h", or "" for none`})
+			return
+		}
+		ttl = d
+	}
+	if len(req.Scopes) == 0 {
+		req.Scopes = []string{access.ScopeRead, access.ScopeControl}
+	}
+	secret, info, err := a.o.Auth.Tokens.Create(req.Name, req.User, role, req.Scopes, ttl)
+	if err != nil {
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: err.Error()})
+		return
+	}
+	a.audit(r, audit.Record{Action: "token.create", Outcome: audit.OK, Detail: "token " + info.ID + " for " + info.User + " (" + string(info.Role) + ")"})
+	// The secret is in this response and nowhere else.
+	writeJSON(w, http.StatusCreated, map[string]any{"ok": true, "token": secret, "info": info})
+}
+
+func (a *api) revokeToken(w http.ResponseWriter, r *http.Request) {
+	if !require(w, r, access.ScopeAdmin) {
+		return
+	}
+	info, ok, err := a.o.Auth.Tokens.Revoke(r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such token"})
+		return
+	}
+	a.audit(r, audit.Record{Action: "token.revoke", Outcome: audit.OK, Detail: "token " + info.ID})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+func (a *api) auditLog(w http.ResponseWriter, r *http.Request) {
+	if !require(w, r, access.ScopeAdmin) {
+		return
+	}
+	n := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 500 {
+			writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "limit: want 1..500"})
+			return
+		}
+	}
+	recs := a.o.Auth.Audit.Recent(n)
+	if recs == nil {
+		recs = []audit.Record{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "records": recs})
+}
+
+type inviteRequest struct {
+	User string `json:"user"`
+}
+
+func (a *api) invite(w http.ResponseWriter, r *http.Request) {
+	s, ok := a.operable(w, r)
+	if !ok {
+		return
+	}
+	var req inviteRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if !userName.MatchString(req.User) {
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "user: want 1..64 of A-Z a-z 0-9 . _ @ -"})
+		return
+	}
+	if !s.Invite(req.User) {
+		writeError(w, http.StatusConflict, APIError{Code: CodeCapacityExceeded, Message: "too many invitations on this session", Recoverable: true})
+		return
+	}
+	a.audit(r, audit.Record{Action: "session.invite", Session: audit.HashSession(s.ID()), Outcome: audit.OK, Detail: "viewer " + req.User})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+}
+
+func (a *api) uninvite(w http.ResponseWriter, r *http.Request) {
+	s, ok := a.operable(w, r)
+	if !ok {
+		return
+	}
+	user := r.PathValue("user")
+	s.Uninvite(user)
+	a.audit(r, audit.Record{Action: "session.uninvite", Session: audit.HashSession(s.ID()), Outcome: audit.OK, Detail: "viewer " + user})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+}
+
+// thumbnail serves the session's newest picture as a JPEG still.
+func (a *api) thumbnail(w http.ResponseWriter, r *http.Request) {
+	s, ok := a.visible(w, r)
+	if !ok {
+		return
+	}
+	img, at, ok := s.Thumbnail()
+	if !ok {
+		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no picture yet", Recoverable: true})
+		return
+	}
+	w.Header().Set("Content-Type", "image/jpeg")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Last-Modified", at.UTC().Format(http.TimeFormat))
+	_, _ = w.Write(img)
+}
+
+// signal admits a viewer to the signaling socket of a session they may see;
+// only those who may operate it get an input producer.
+func (a *api) signal(w http.ResponseWriter, r *http.Request) {
+	s, ok := a.visible(w, r)
+	if !ok {
+		return
+	}
+	p := principal(r)
+	ctx := signaling.WithViewer(r.Context(), signaling.Viewer{Name: p.User, Input: p.CanOperate(s.Owner())})
+	sid := audit.HashSession(s.ID())
+	a.audit(r, audit.Record{Action: "session.attach", Session: sid, Outcome: audit.OK})
+	a.o.Signal.ServeHTTP(w, r.WithContext(ctx))
+	a.audit(r, audit.Record{Action: "session.detach", Session: sid, Outcome: audit.OK})
+}
