@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/certs"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/supervisor"
 	"github.com/tabcast/tabcast/plugins"
@@ -102,7 +104,58 @@ func doctor(ctx context.Context, cfg *config.Config, stderr io.Writer) []check {
 			out = append(out, encoderChecks(ctx, h)...)
 		}
 	}
+	out = append(out, authChecks(ctx, cfg, sup, dir)...)
+	return append(out, tlsCheck(cfg))
+}
+
+// authChecks: the auth plugin answers, and the agent CLI has its token. A
+// users file that does not exist yet is left alone: starting the plugin
+// would create the first admin, whose one-time password only `tabcast run`
+// shows.
+func authChecks(ctx context.Context, cfg *config.Config, sup *supervisor.Supervisor, dir string) []check {
+	if cfg.Auth.Mode == "none" {
+		return []check{{Name: "auth", Status: "warn", Detail: "off (auth.mode none): everyone who reaches " + cfg.Server.Listen + " is admin"}}
+	}
+	var out []check
+	usersFile, _ := cfg.Plugins.Config[cfg.Auth.Plugin]["usersFile"].(string)
+	if _, err := os.Stat(usersFile); usersFile != "" && err != nil {
+		out = append(out, check{Name: "plugin " + cfg.Auth.Plugin, Status: "warn", Detail: "no users file yet (" + usersFile + "): the first `tabcast run` creates admin and prints a one-time password"})
+	} else if h, err := startPlugin(ctx, sup, cfg, dir, plugins.KindAuth, cfg.Auth.Plugin); err != nil {
+		out = append(out, check{Name: "plugin " + cfg.Auth.Plugin, Status: "fail", Detail: err.Error(), Hint: "check plugins.config." + cfg.Auth.Plugin})
+	} else {
+		out = append(out, pluginCheck(ctx, h, filepath.Join(dir, cfg.Auth.Plugin)))
+	}
+	file := agentTokenFile(cfg)
+	switch st, err := os.Stat(file); {
+	case err != nil:
+		out = append(out, check{Name: "agent token", Status: "warn", Detail: "not created yet (" + file + "); `tabcast run` writes it"})
+	case st.Mode().Perm()&0o077 != 0:
+		out = append(out, check{Name: "agent token", Status: "fail", Detail: fmt.Sprintf("%s has mode %v", file, st.Mode().Perm()), Hint: "chmod 600 " + file})
+	default:
+		out = append(out, check{Name: "agent token", Status: "ok", Detail: file + " (mode 0600)"})
+	}
 	return out
+}
+
+// tlsCheck shows the certificate browsers will be asked to trust.
+func tlsCheck(cfg *config.Config) check {
+	if !tlsWanted(cfg) {
+		return check{Name: "tls", Status: "warn", Detail: "off: plain HTTP on " + cfg.Server.Listen + " (loopback only)"}
+	}
+	certFile, keyFile := cfg.Server.CertFile, cfg.Server.KeyFile
+	if certFile == "" {
+		certFile, keyFile = filepath.Join(cfg.Server.DataDir, "tls-cert.pem"), filepath.Join(cfg.Server.DataDir, "tls-key.pem")
+		if _, err := os.Stat(certFile); err != nil {
+			return check{Name: "tls", Status: "warn", Detail: "no certificate yet: `tabcast run` generates a self-signed one in " + cfg.Server.DataDir}
+		}
+	}
+	r, err := certs.NewReloader(certFile, keyFile)
+	if err != nil {
+		return check{Name: "tls", Status: "fail", Detail: err.Error(), Hint: "fix server.certFile/keyFile, or delete the generated pair to make a new one"}
+	}
+	leaf := r.Leaf()
+	return check{Name: "tls", Status: "ok", Detail: fmt.Sprintf("%s valid until %s, SHA-256 fingerprint %s",
+		certFile, leaf.NotAfter.Format("2006-01-02"), certs.Fingerprint(leaf.Raw))}
 }
 
 func pluginCheck(ctx context.Context, h *supervisor.Handle, path string) check {
