@@ -31,6 +31,7 @@ Usage:
   tabcast config check [config flags]
   tabcast config print [config flags]
   tabcast users list|add|passwd|del ...   (local users: see tabcast users --help)
+  tabcast tokens list|create|revoke ...    (API tokens: see tabcast tokens)
   tabcast version
 `
 
@@ -52,6 +53,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdConfig(args[1:], stdout, stderr)
 	case "users":
 		return cmdUsers(args[1:], stdout, stderr)
+	case "tokens":
+		return cmdTokens(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "tabcast", version)
 		return 0

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -41,29 +42,97 @@ type TokenInfo struct {
 	Hash    string    `json:"hash,omitempty"`
 }
 
-// Tokens are the API tokens, kept in a 0600 JSON file.
+// Tokens are the API tokens, kept in a 0600 JSON file. The running
+// appliance and `tabcast tokens` share the file: writers hold an flock on
+// "<path>.lock" and re-read first; readers reload when it changed.
 type Tokens struct {
 	path string
 	now  func() time.Time
 
-	mu   sync.Mutex
-	list []TokenInfo
+	mu    sync.Mutex
+	list  []TokenInfo
+	stamp fileStamp // of the file list was read from
+}
+
+type fileStamp struct {
+	ok    bool
+	size  int64
+	mtime time.Time
 }
 
 // OpenTokens loads the token file; a missing file is an empty set.
 func OpenTokens(path string) (*Tokens, error) {
 	t := &Tokens{path: path, now: time.Now}
-	b, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return t, nil
-	case err != nil:
-		return nil, fmt.Errorf("read tokens: %w", err)
-	}
-	if err := json.Unmarshal(b, &t.list); err != nil {
-		return nil, fmt.Errorf("tokens file %s: %w", path, err)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.loadLocked(); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+func (t *Tokens) loadLocked() error {
+	st, err := os.Stat(t.path)
+	if errors.Is(err, os.ErrNotExist) {
+		t.list, t.stamp = nil, fileStamp{}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read tokens: %w", err)
+	}
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return fmt.Errorf("read tokens: %w", err)
+	}
+	var list []TokenInfo
+	if err := json.Unmarshal(b, &list); err != nil {
+		return fmt.Errorf("tokens file %s: %w", t.path, err)
+	}
+	t.list, t.stamp = list, fileStamp{ok: true, size: st.Size(), mtime: st.ModTime()}
+	return nil
+}
+
+// refreshLocked reloads the file when another process changed it. A file
+// that became unreadable keeps the tokens last read.
+func (t *Tokens) refreshLocked() {
+	st, err := os.Stat(t.path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && t.stamp.ok {
+			t.list, t.stamp = nil, fileStamp{}
+		}
+		return
+	}
+	if t.stamp.ok && st.Size() == t.stamp.size && st.ModTime().Equal(t.stamp.mtime) {
+		return
+	}
+	_ = t.loadLocked()
+}
+
+// mutateLocked applies fn to a fresh copy under the file lock and saves.
+func (t *Tokens) mutateLocked(fn func([]TokenInfo) ([]TokenInfo, error)) error {
+	if err := os.MkdirAll(filepath.Dir(t.path), 0o700); err != nil {
+		return err
+	}
+	lf, err := os.OpenFile(t.path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("tokens: lock: %w", err)
+	}
+	defer lf.Close()
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("tokens: lock: %w", err)
+	}
+	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	if err := t.loadLocked(); err != nil {
+		return err
+	}
+	next, err := fn(slices.Clone(t.list))
+	if err != nil {
+		return err
+	}
+	if err := t.saveLocked(next); err != nil {
+		return err
+	}
+	return t.loadLocked()
 }
 
 // Create makes a token for user with role and scopes; ttl 0 never expires.
@@ -95,15 +164,16 @@ func (t *Tokens) Create(name, user string, role Role, scopes []string, ttl time.
 	info.Hash = hashToken(secret)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.pruneLocked()
-	if len(t.list) >= maxTokens {
-		return "", TokenInfo{}, fmt.Errorf("too many tokens (%d): revoke some first", maxTokens)
-	}
-	next := append(slices.Clone(t.list), info)
-	if err := t.saveLocked(next); err != nil {
+	err := t.mutateLocked(func(list []TokenInfo) ([]TokenInfo, error) {
+		list = t.prune(list)
+		if len(list) >= maxTokens {
+			return nil, fmt.Errorf("too many tokens (%d): revoke some first", maxTokens)
+		}
+		return append(list, info), nil
+	})
+	if err != nil {
 		return "", TokenInfo{}, err
 	}
-	t.list = next
 	info.Hash = ""
 	return secret, info, nil
 }
@@ -121,6 +191,7 @@ func (t *Tokens) Verify(secret string) (Principal, error) {
 	h := hashToken(secret)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.refreshLocked()
 	for _, info := range t.list {
 		if info.ID != id {
 			continue
@@ -140,6 +211,7 @@ func (t *Tokens) Verify(secret string) (Principal, error) {
 func (t *Tokens) List() []TokenInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.refreshLocked()
 	out := make([]TokenInfo, 0, len(t.list))
 	for _, info := range t.list {
 		info.Hash = ""
@@ -153,16 +225,19 @@ func (t *Tokens) List() []TokenInfo {
 func (t *Tokens) Revoke(id string) (TokenInfo, bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i := slices.IndexFunc(t.list, func(info TokenInfo) bool { return info.ID == id })
-	if i < 0 {
-		return TokenInfo{}, false, nil
-	}
-	info := t.list[i]
-	next := slices.Delete(slices.Clone(t.list), i, i+1)
-	if err := t.saveLocked(next); err != nil {
+	var info TokenInfo
+	found := false
+	err := t.mutateLocked(func(list []TokenInfo) ([]TokenInfo, error) {
+		i := slices.IndexFunc(list, func(x TokenInfo) bool { return x.ID == id })
+		if i < 0 {
+			return list, nil
+		}
+		info, found = list[i], true
+		return slices.Delete(list, i, i+1), nil
+	})
+	if err != nil || !found {
 		return TokenInfo{}, false, err
 	}
-	t.list = next
 	info.Hash = ""
 	return info, true, nil
 }
@@ -186,10 +261,10 @@ func (t *Tokens) EnsureFile(file, name, user string, role Role) (created bool, e
 	return true, nil
 }
 
-// pruneLocked drops tokens that expired more than a day ago.
-func (t *Tokens) pruneLocked() {
+// prune drops tokens that expired more than a day ago.
+func (t *Tokens) prune(list []TokenInfo) []TokenInfo {
 	cut := t.now().Add(-24 * time.Hour)
-	t.list = slices.DeleteFunc(t.list, func(info TokenInfo) bool {
+	return slices.DeleteFunc(list, func(info TokenInfo) bool {
 		return !info.Expires.IsZero() && info.Expires.Before(cut)
 	})
 }
