@@ -60,6 +60,21 @@ export async function api(method, path, body) {
   return out;
 }
 
+// apiBlob fetches a binary resource of the API (a thumbnail) and returns
+// {blob, modified}; a refusal throws APIError (401 goes to the login page).
+export async function apiBlob(path) {
+  const res = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+  if (res.status === 401) {
+    toLogin();
+    return new Promise(() => {});
+  }
+  if (!res.ok) {
+    const out = await res.json().catch(() => null);
+    throw new APIError(res.status, out);
+  }
+  return { blob: await res.blob(), modified: res.headers.get("Last-Modified") || "" };
+}
+
 export async function logout() {
   try { await api("POST", "/api/v1/auth/logout"); } finally { me = null; location.assign("/login.html"); }
 }

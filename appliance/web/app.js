@@ -5,6 +5,7 @@
 
 import { createInput } from "./input.js";
 import { api, whoami } from "./api.js";
+import { mountHeader } from "./header.js";
 
 const MIN_BACKOFF_MS = 1000;
 const MAX_BACKOFF_MS = 10000;
@@ -12,6 +13,7 @@ const PING_EVERY_MS = 10000;
 const PONG_TIMEOUT_MS = 10000;
 const DISCONNECTED_GRACE_MS = 5000;
 const STATS_EVERY_MS = 1000;
+const SNAPSHOT_EVERY_MS = 3000;
 
 const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
 const ui = {
@@ -47,6 +49,10 @@ const ui = {
   clipboardOut: $("clipboard-out"),
   clipboardText: $("clipboard-text"),
   clipboardClose: $("clipboard-close"),
+  sessionState: $("session-state"),
+  viewers: $("session-viewers"),
+  fullscreen: $("fullscreen"),
+  stage: document.querySelector(".stage"),
 };
 
 const params = new URLSearchParams(location.search);
@@ -116,7 +122,7 @@ function viewerCodecs() {
 }
 
 async function pickSession() {
-  await whoami();
+  mountHeader(await whoami());
   const body = await api("GET", "/api/v1/sessions");
   if (!Array.isArray(body.sessions)) throw new Error("session list: bad response");
   const want = params.get("session");
@@ -130,7 +136,73 @@ function showSession(s) {
   ui.title.textContent = s.title || s.id;
   ui.url.textContent = s.url || "";
   document.title = `${s.title || s.id} · Tabcast`;
+  showSnapshot(s);
 }
+
+// showSnapshot shows what the session snapshot says besides the page: its
+// state and who watches it (viewers; producers are those with input).
+function showSnapshot(s) {
+  tabcast.snapshot = {
+    id: s.id, state: s.state, title: s.title, url: s.url, owner: s.owner || "",
+    viewers: s.viewers ?? 0, producers: s.producers ?? 0, invited: Array.isArray(s.invited) ? [...s.invited] : [],
+  };
+  ui.sessionState.textContent = s.state || "";
+  ui.sessionState.dataset.state = s.state || "";
+  ui.sessionState.hidden = !s.state || s.state === "ready";
+  if (s.terminalReason) ui.sessionState.title = s.terminalReason;
+  const v = s.viewers ?? 0;
+  const p = s.producers ?? 0;
+  ui.viewers.textContent = `${v} watching${p ? ` · ${p} with input` : " · nobody with input"}`;
+  ui.viewers.dataset.viewers = String(v);
+  ui.viewers.dataset.producers = String(p);
+  ui.viewers.hidden = false;
+}
+
+// The snapshot poll keeps title, URL, state and the viewer counts fresh
+// while the stream plays (the stream itself carries none of them).
+let snapshotTimer = null;
+async function pollSnapshot() {
+  clearTimeout(snapshotTimer);
+  const id = tabcast.session;
+  try {
+    if (id && !document.hidden) {
+      const out = await api("GET", `/api/v1/sessions/${encodeURIComponent(id)}`);
+      const s = out.session;
+      if (s && s.id === tabcast.session) {
+        if (s.title) ui.title.textContent = s.title;
+        if (s.url) ui.url.textContent = s.url;
+        document.title = `${s.title || s.id} · Tabcast`;
+        showSnapshot(s);
+      }
+    }
+  } catch (err) {
+    if (err.status === 404 && id === tabcast.session) {
+      ui.sessionState.textContent = "gone";
+      ui.sessionState.dataset.state = "closed";
+      ui.sessionState.hidden = false;
+    }
+  } finally {
+    snapshotTimer = setTimeout(pollSnapshot, SNAPSHOT_EVERY_MS);
+  }
+}
+
+// Full screen shows the stage (video, dialogs, stats) alone.
+ui.fullscreen.hidden = !ui.stage.requestFullscreen;
+ui.fullscreen.addEventListener("click", async () => {
+  try {
+    if (document.fullscreenElement) await document.exitFullscreen();
+    else await ui.stage.requestFullscreen({ navigationUI: "hide" });
+  } catch (err) {
+    setStatus(`Full screen refused: ${err.message || err}`, true);
+  }
+});
+document.addEventListener("fullscreenchange", () => {
+  const on = document.fullscreenElement === ui.stage;
+  ui.fullscreen.setAttribute("aria-pressed", String(on));
+  ui.fullscreen.title = on ? "Leave full screen" : "Full screen";
+  tabcast.fullscreen = on;
+  if (on) ui.video.focus({ preventScroll: true });
+});
 
 function scheduleReconnect(reason) {
   if (reconnectTimer) return;
@@ -177,6 +249,7 @@ async function start() {
     const s = await pickSession();
     if (gen !== generation) return;
     showSession(s);
+    if (!snapshotTimer) snapshotTimer = setTimeout(pollSnapshot, SNAPSHOT_EVERY_MS);
   } catch (err) {
     if (gen !== generation) return;
     setStatus(String(err.message || err), true);

@@ -181,12 +181,16 @@ export function createInput({ ui, setStatus, maxMessageSize, onEnded }) {
   function render() {
     const on = ready();
     let text = "Input off";
-    if (s && !s.interactive) text = s.inputError ? `View only (${s.inputError.replace(/_/g, " ")})` : "View only";
+    if (s && !s.interactive) {
+      // view_only: this user may watch but not act; other reasons are named.
+      text = s.inputError && s.inputError !== "view_only" ? `View only (${s.inputError.replace(/_/g, " ")})` : "View only";
+    }
     else if (s && s.ended) text = "Input ended";
     else if (s && !on) text = "Input connecting…";
     else if (on) text = document.activeElement === sink || document.activeElement === video ? "Input on" : "Input on · click to type";
     ui.inputState.textContent = text;
     ui.inputState.dataset.state = on ? "enabled" : "disabled";
+    ui.inputState.dataset.reason = s && !s.interactive ? (s.inputError || "not_interactive") : "";
     ui.inputState.dataset.focused = String(on && (document.activeElement === sink || document.activeElement === video));
     ui.back.disabled = !on || !s.page.canGoBack;
     ui.forward.disabled = !on || !s.page.canGoForward;

@@ -7,8 +7,8 @@ const params = new URLSearchParams(location.search);
 
 // Only a path on this appliance may follow the login (no open redirect).
 function nextURL() {
-  const n = params.get("next") || "/";
-  return n.startsWith("/") && !n.startsWith("//") ? n : "/";
+  const n = params.get("next") || "/sessions.html";
+  return n.startsWith("/") && !n.startsWith("//") ? n : "/sessions.html";
 }
 
 function showError(err) {

@@ -39,7 +39,7 @@ func watchFrames(ctx context.Context, t *testing.T, a *harness.Appliance, id str
 	t.Helper()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	r, err := viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: id, Codec: "vp8", For: 2 * time.Second})
+	r, err := viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, Token: a.Token, HTTPClient: a.Client, SessionID: id, Codec: "vp8", For: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("watch %s: %v\n%s", id, err, a.LogTail(3000))
 	}

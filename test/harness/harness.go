@@ -76,6 +76,16 @@ type Appliance struct {
 	LogPath string
 	done    chan struct{}
 	waitErr error
+
+	outMu sync.Mutex
+	out   strings.Builder // stdout, the console
+}
+
+// Stdout is what the appliance printed on its console so far.
+func (a *Appliance) Stdout() string {
+	a.outMu.Lock()
+	defer a.outMu.Unlock()
+	return a.out.String()
 }
 
 var panelLine = regexp.MustCompile(`Open the panel: (https?://[^ /]+)/`)
@@ -155,6 +165,9 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			a.outMu.Lock()
+			a.out.WriteString(sc.Text() + "\n")
+			a.outMu.Unlock()
 			if m := firstStartLine.FindStringSubmatch(sc.Text()); m != nil {
 				a.InitialPassword = m[1] // written before the panel line
 			}
