@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"strings"
 	"sync"
 
@@ -22,6 +23,8 @@ const maxViewport = 7680
 type PageOptions struct {
 	Width, Height int    // default 1280x720
 	URL           string // default about:blank
+	// DownloadDir receives the page's downloads; "" refuses downloads.
+	DownloadDir string
 }
 
 // Page is one tab in its own BrowserContext (cookies, storage and cache are
@@ -63,6 +66,15 @@ func (b *Browser) NewPage(ctx context.Context, o PageOptions) (*Page, error) {
 	bc, err := cdp.Call(ctx, b.cdpBrowser, target.CreateBrowserContext, target.CreateBrowserContextParams{DisposeOnDetach: &no})
 	if err != nil {
 		return nil, fmt.Errorf("browser: create browser context: %w", err)
+	}
+	// Downloads of this context go to its own directory, or nowhere.
+	dl := cdpbrowser.SetDownloadBehaviorParams{Behavior: cdpbrowser.SetDownloadBehaviorBehaviorDeny, BrowserContextID: bc.BrowserContextID}
+	if o.DownloadDir != "" {
+		dl.Behavior, dl.DownloadPath = cdpbrowser.SetDownloadBehaviorBehaviorAllow, o.DownloadDir
+	}
+	if _, err := cdp.Call(ctx, b.cdpBrowser, cdpbrowser.SetDownloadBehavior, dl); err != nil {
+		b.disposeContext(bc.BrowserContextID)
+		return nil, fmt.Errorf("browser: download behavior: %w", err)
 	}
 	yes := true
 	tr, err := cdp.Call(ctx, b.cdpBrowser, target.CreateTarget, target.CreateTargetParams{

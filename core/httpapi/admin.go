@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"mime"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -159,6 +160,45 @@ func (a *api) thumbnail(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Last-Modified", at.UTC().Format(http.TimeFormat))
 	_, _ = w.Write(img)
+}
+
+// downloads lists what the session's page downloaded (operators only: a
+// download may hold anything the page had).
+func (a *api) downloads(w http.ResponseWriter, r *http.Request) {
+	s, ok := a.operable(w, r)
+	if !ok {
+		return
+	}
+	list, err := s.Downloads()
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "downloads": list})
+}
+
+func (a *api) download(w http.ResponseWriter, r *http.Request) {
+	s, ok := a.operable(w, r)
+	if !ok {
+		return
+	}
+	f, err := s.OpenDownload(r.PathValue("name"))
+	if err != nil {
+		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such download", Hint: "list them with GET /api/v1/sessions/{id}/downloads"})
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	// Served as an attachment, never rendered in the panel's origin.
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": st.Name()}))
+	w.Header().Set("Content-Security-Policy", "sandbox")
+	a.audit(r, audit.Record{Action: "session.download", Session: audit.HashSession(s.ID()), Outcome: audit.OK})
+	http.ServeContent(w, r, "", st.ModTime(), f)
 }
 
 // signal admits a viewer to the signaling socket of a session they may see;

@@ -70,6 +70,8 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("DELETE /api/v1/sessions/{id}", a.closeSession)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/navigate", a.navigate)
 	mux.HandleFunc("GET /api/v1/sessions/{id}/thumbnail", a.thumbnail)
+	mux.HandleFunc("GET /api/v1/sessions/{id}/downloads", a.downloads)
+	mux.HandleFunc("GET /api/v1/sessions/{id}/downloads/{name}", a.download)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/invites", a.invite)
 	mux.HandleFunc("DELETE /api/v1/sessions/{id}/invites/{user}", a.uninvite)
 	if o.Signal != nil {

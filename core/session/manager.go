@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -65,6 +66,9 @@ type Config struct {
 	// Create. nil = no relaunch (Create then answers ErrUnavailable).
 	// Browsers it returns are owned (and closed) by the Manager.
 	Launch func(ctx context.Context) (Browser, error)
+	// DownloadRoot holds each session's own download directory (made at
+	// create, removed at close); "" = the system temp dir.
+	DownloadRoot string
 }
 
 // DefaultTerminalTTL is how long terminal snapshots stay readable.
@@ -298,10 +302,18 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	s.mu.Lock()
 	s.browser = b
 	s.mu.Unlock()
-	page, err := b.NewPage(ctx, browser.PageOptions{Width: o.Width, Height: o.Height, URL: o.URL})
+	dl, err := os.MkdirTemp(m.cfg.DownloadRoot, "tabcast-downloads-"+id+"-")
 	if err != nil {
 		cancel()
 		m.remove(id)
+		return nil, fmt.Errorf("%w: download dir: %v", ErrUnavailable, err)
+	}
+	s.downloads = dl
+	page, err := b.NewPage(ctx, browser.PageOptions{Width: o.Width, Height: o.Height, URL: o.URL, DownloadDir: dl})
+	if err != nil {
+		cancel()
+		m.remove(id)
+		_ = os.RemoveAll(dl)
 		return nil, fmt.Errorf("%w: new page: %v", ErrUnavailable, err)
 	}
 	exec, err := input.New(page, m.cfg.Input, input.Events{
@@ -311,6 +323,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		cancel()
 		_ = page.Close(ctx)
 		m.remove(id)
+		_ = os.RemoveAll(dl)
 		return nil, fmt.Errorf("%w: input: %v", ErrUnavailable, err)
 	}
 	s.mu.Lock()
@@ -320,6 +333,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		s.mu.Unlock()
 		exec.Close()
 		_ = page.Close(ctx)
+		_ = os.RemoveAll(dl)
 		return nil, fmt.Errorf("%w: session %s while starting", ErrUnavailable, st)
 	}
 	s.page = page

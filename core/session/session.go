@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +84,7 @@ type Session struct {
 	viewers       int
 	captureCancel context.CancelFunc
 	captureDone   chan struct{}
+	downloads     string   // this session's download dir; removed at close
 	owner         string   // fixed at Create
 	invited       []string // users invited to watch, sorted
 
@@ -136,6 +140,63 @@ func (s *Session) Invited(user string) bool {
 	defer s.mu.Unlock()
 	_, found := slices.BinarySearch(s.invited, user)
 	return found
+}
+
+// Download is a file the session's page downloaded.
+type Download struct {
+	Name     string    `json:"name"`
+	Size     int64     `json:"size"`
+	Modified time.Time `json:"modified"`
+}
+
+// ErrNoDownload: no finished download of that name.
+var ErrNoDownload = errors.New("session: no such download")
+
+// maxDownloadsListed bounds a listing.
+const maxDownloadsListed = 1000
+
+// Downloads lists the finished downloads (Chromium writes partial ones as
+// *.crdownload and renames them when done).
+func (s *Session) Downloads() ([]Download, error) {
+	out := []Download{}
+	if s.downloads == "" {
+		return out, nil
+	}
+	ents, err := os.ReadDir(s.downloads)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return out, nil // closed
+		}
+		return nil, fmt.Errorf("session: downloads: %w", err)
+	}
+	for _, e := range ents {
+		if len(out) >= maxDownloadsListed {
+			break
+		}
+		if !e.Type().IsRegular() || strings.HasSuffix(e.Name(), ".crdownload") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil {
+			out = append(out, Download{Name: e.Name(), Size: fi.Size(), Modified: fi.ModTime().UTC()})
+		}
+	}
+	return out, nil
+}
+
+// OpenDownload opens a finished download by its plain name.
+func (s *Session) OpenDownload(name string) (*os.File, error) {
+	if s.downloads == "" || name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".crdownload") {
+		return nil, ErrNoDownload
+	}
+	f, err := os.OpenInRoot(s.downloads, name)
+	if err != nil {
+		return nil, ErrNoDownload
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, ErrNoDownload
+	}
+	return f, nil
 }
 
 // Thumbnail returns the newest captured picture when it is a JPEG (the CDP
@@ -425,6 +486,11 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	if !failed && s.page != nil {
 		if err := s.page.Close(ctx); err != nil {
 			s.log.Debug("page close", "err", err)
+		}
+	}
+	if s.downloads != "" {
+		if err := os.RemoveAll(s.downloads); err != nil {
+			s.log.Warn("remove the download dir", "err", err)
 		}
 	}
 	s.mu.Lock()

@@ -6,6 +6,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
@@ -44,6 +45,25 @@ document.getElementById('b').style.left=(i*7%1080)+'px';document.getElementById(
 			}
 		}
 		fmt.Fprintf(w, `<!doctype html><title>%s</title><style>html,body{margin:0;height:100%%;background:#%s}</style>`, c, c)
+	})
+	// Isolation fixtures: a cookie setter, a page showing the cookie it got,
+	// and a file served as a download.
+	mux.HandleFunc("/setcookie", func(w http.ResponseWriter, r *http.Request) {
+		v := r.URL.Query().Get("v")
+		http.SetCookie(w, &http.Cookie{Name: "tc", Value: v, Path: "/"})
+		fmt.Fprintf(w, `<!doctype html><title>set %s</title>`, html.EscapeString(v))
+	})
+	mux.HandleFunc("/cookie", func(w http.ResponseWriter, r *http.Request) {
+		v := "none"
+		if c, err := r.Cookie("tc"); err == nil {
+			v = c.Value
+		}
+		fmt.Fprintf(w, `<!doctype html><title>cookie %s</title>`, html.EscapeString(v))
+	})
+	mux.HandleFunc("/file.txt", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Disposition", `attachment; filename="report-`+r.URL.Query().Get("n")+`.txt"`)
+		fmt.Fprint(w, "hello download "+r.URL.Query().Get("n"))
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)

@@ -238,6 +238,8 @@ type SessionSnapshot struct {
 	ID        string `json:"id"`
 	State     string `json:"state"`
 	URL       string `json:"url"`
+	Title     string `json:"title"`
+	Owner     string `json:"owner"`
 	Pipelines []struct {
 		Codec         string `json:"codec"`
 		Encoder       string `json:"encoder"`
@@ -283,9 +285,27 @@ func (a *Appliance) DefaultSession(ctx context.Context) (SessionSnapshot, error)
 
 // Do calls the JSON API. A non-2xx answer is an error carrying the body.
 func (a *Appliance) Do(ctx context.Context, method, path, body string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, a.URL+path, strings.NewReader(body))
+	b, err := a.call(ctx, method, path, body)
 	if err != nil {
 		return err
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// DoRaw is Do for a body that is not JSON.
+func (a *Appliance) DoRaw(ctx context.Context, method, path string, out *string) error {
+	b, err := a.call(ctx, method, path, "")
+	*out = string(b)
+	return err
+}
+
+func (a *Appliance) call(ctx context.Context, method, path, body string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, a.URL+path, strings.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -295,20 +315,17 @@ func (a *Appliance) Do(ctx context.Context, method, path, body string, out any) 
 	}
 	resp, err := a.Client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
-		return &HTTPError{Status: resp.StatusCode, Body: string(b)}
+		return b, &HTTPError{Status: resp.StatusCode, Body: string(b)}
 	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+	return b, nil
 }
 
 // HTTPError is a non-2xx API answer.
