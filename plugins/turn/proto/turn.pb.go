@@ -23,18 +23,87 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Scope is what a credential is bound to. The plugin never puts these
+// fields into the TURN username: it maps an opaque id to them.
+type Scope struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Session       string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	Peer          string                 `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`
+	Generation    int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Scope) Reset() {
+	*x = Scope{}
+	mi := &file_turn_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Scope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Scope) ProtoMessage() {}
+
+func (x *Scope) ProtoReflect() protoreflect.Message {
+	mi := &file_turn_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Scope.ProtoReflect.Descriptor instead.
+func (*Scope) Descriptor() ([]byte, []int) {
+	return file_turn_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Scope) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Scope) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *Scope) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *Scope) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type CredentialRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// scope binds the credential to (user, session, peer, generation).
-	Scope         string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
-	TtlSeconds    int64  `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TtlSeconds    int64                  `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	Scope         *Scope                 `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CredentialRequest) Reset() {
 	*x = CredentialRequest{}
-	mi := &file_turn_proto_msgTypes[0]
+	mi := &file_turn_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +115,7 @@ func (x *CredentialRequest) String() string {
 func (*CredentialRequest) ProtoMessage() {}
 
 func (x *CredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turn_proto_msgTypes[0]
+	mi := &file_turn_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,14 +128,7 @@ func (x *CredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialRequest.ProtoReflect.Descriptor instead.
 func (*CredentialRequest) Descriptor() ([]byte, []int) {
-	return file_turn_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *CredentialRequest) GetScope() string {
-	if x != nil {
-		return x.Scope
-	}
-	return ""
+	return file_turn_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *CredentialRequest) GetTtlSeconds() int64 {
@@ -74,6 +136,13 @@ func (x *CredentialRequest) GetTtlSeconds() int64 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *CredentialRequest) GetScope() *Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
 }
 
 type Credential struct {
@@ -88,7 +157,7 @@ type Credential struct {
 
 func (x *Credential) Reset() {
 	*x = Credential{}
-	mi := &file_turn_proto_msgTypes[1]
+	mi := &file_turn_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -100,7 +169,7 @@ func (x *Credential) String() string {
 func (*Credential) ProtoMessage() {}
 
 func (x *Credential) ProtoReflect() protoreflect.Message {
-	mi := &file_turn_proto_msgTypes[1]
+	mi := &file_turn_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -113,7 +182,7 @@ func (x *Credential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credential.ProtoReflect.Descriptor instead.
 func (*Credential) Descriptor() ([]byte, []int) {
-	return file_turn_proto_rawDescGZIP(), []int{1}
+	return file_turn_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Credential) GetUsername() string {
@@ -144,24 +213,299 @@ func (x *Credential) GetExpiresUnix() int64 {
 	return 0
 }
 
+type RevokeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scope         *Scope                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeRequest) Reset() {
+	*x = RevokeRequest{}
+	mi := &file_turn_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeRequest) ProtoMessage() {}
+
+func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_turn_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
+func (*RevokeRequest) Descriptor() ([]byte, []int) {
+	return file_turn_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RevokeRequest) GetScope() *Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+type RevokeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Credentials   int64                  `protobuf:"varint,1,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	Allocations   int64                  `protobuf:"varint,2,opt,name=allocations,proto3" json:"allocations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeResponse) Reset() {
+	*x = RevokeResponse{}
+	mi := &file_turn_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeResponse) ProtoMessage() {}
+
+func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_turn_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
+func (*RevokeResponse) Descriptor() ([]byte, []int) {
+	return file_turn_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RevokeResponse) GetCredentials() int64 {
+	if x != nil {
+		return x.Credentials
+	}
+	return 0
+}
+
+func (x *RevokeResponse) GetAllocations() int64 {
+	if x != nil {
+		return x.Allocations
+	}
+	return 0
+}
+
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_turn_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_turn_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_turn_proto_rawDescGZIP(), []int{5}
+}
+
+type Stats struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	AllocationsActive int64                  `protobuf:"varint,1,opt,name=allocations_active,json=allocationsActive,proto3" json:"allocations_active,omitempty"`
+	AllocationsTotal  uint64                 `protobuf:"varint,2,opt,name=allocations_total,json=allocationsTotal,proto3" json:"allocations_total,omitempty"`
+	AuthFailures      uint64                 `protobuf:"varint,3,opt,name=auth_failures,json=authFailures,proto3" json:"auth_failures,omitempty"`
+	PermissionDenies  uint64                 `protobuf:"varint,4,opt,name=permission_denies,json=permissionDenies,proto3" json:"permission_denies,omitempty"`
+	QuotaRejects      uint64                 `protobuf:"varint,5,opt,name=quota_rejects,json=quotaRejects,proto3" json:"quota_rejects,omitempty"`
+	RelayedBytes      uint64                 `protobuf:"varint,6,opt,name=relayed_bytes,json=relayedBytes,proto3" json:"relayed_bytes,omitempty"`
+	RelayedPackets    uint64                 `protobuf:"varint,7,opt,name=relayed_packets,json=relayedPackets,proto3" json:"relayed_packets,omitempty"`
+	PolicyDrops       uint64                 `protobuf:"varint,8,opt,name=policy_drops,json=policyDrops,proto3" json:"policy_drops,omitempty"`
+	BandwidthDrops    uint64                 `protobuf:"varint,9,opt,name=bandwidth_drops,json=bandwidthDrops,proto3" json:"bandwidth_drops,omitempty"`
+	CredentialsLive   int64                  `protobuf:"varint,10,opt,name=credentials_live,json=credentialsLive,proto3" json:"credentials_live,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Stats) Reset() {
+	*x = Stats{}
+	mi := &file_turn_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Stats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Stats) ProtoMessage() {}
+
+func (x *Stats) ProtoReflect() protoreflect.Message {
+	mi := &file_turn_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Stats.ProtoReflect.Descriptor instead.
+func (*Stats) Descriptor() ([]byte, []int) {
+	return file_turn_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Stats) GetAllocationsActive() int64 {
+	if x != nil {
+		return x.AllocationsActive
+	}
+	return 0
+}
+
+func (x *Stats) GetAllocationsTotal() uint64 {
+	if x != nil {
+		return x.AllocationsTotal
+	}
+	return 0
+}
+
+func (x *Stats) GetAuthFailures() uint64 {
+	if x != nil {
+		return x.AuthFailures
+	}
+	return 0
+}
+
+func (x *Stats) GetPermissionDenies() uint64 {
+	if x != nil {
+		return x.PermissionDenies
+	}
+	return 0
+}
+
+func (x *Stats) GetQuotaRejects() uint64 {
+	if x != nil {
+		return x.QuotaRejects
+	}
+	return 0
+}
+
+func (x *Stats) GetRelayedBytes() uint64 {
+	if x != nil {
+		return x.RelayedBytes
+	}
+	return 0
+}
+
+func (x *Stats) GetRelayedPackets() uint64 {
+	if x != nil {
+		return x.RelayedPackets
+	}
+	return 0
+}
+
+func (x *Stats) GetPolicyDrops() uint64 {
+	if x != nil {
+		return x.PolicyDrops
+	}
+	return 0
+}
+
+func (x *Stats) GetBandwidthDrops() uint64 {
+	if x != nil {
+		return x.BandwidthDrops
+	}
+	return 0
+}
+
+func (x *Stats) GetCredentialsLive() int64 {
+	if x != nil {
+		return x.CredentialsLive
+	}
+	return 0
+}
+
 var File_turn_proto protoreflect.FileDescriptor
 
 const file_turn_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"turn.proto\x12\x0ftabcast.turn.v1\"J\n" +
-	"\x11CredentialRequest\x12\x14\n" +
-	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x1f\n" +
+	"turn.proto\x12\x0ftabcast.turn.v1\"i\n" +
+	"\x05Scope\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x18\n" +
+	"\asession\x18\x02 \x01(\tR\asession\x12\x12\n" +
+	"\x04peer\x18\x03 \x01(\tR\x04peer\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x03R\n" +
+	"generation\"h\n" +
+	"\x11CredentialRequest\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
-	"ttlSeconds\"{\n" +
+	"ttlSeconds\x12,\n" +
+	"\x05scope\x18\x03 \x01(\v2\x16.tabcast.turn.v1.ScopeR\x05scopeJ\x04\b\x01\x10\x02\"{\n" +
 	"\n" +
 	"Credential\x12\x1a\n" +
 	"\busername\x18\x01 \x01(\tR\busername\x12\x1a\n" +
 	"\bpassword\x18\x02 \x01(\tR\bpassword\x12\x12\n" +
 	"\x04urls\x18\x03 \x03(\tR\x04urls\x12!\n" +
-	"\fexpires_unix\x18\x04 \x01(\x03R\vexpiresUnix2Y\n" +
+	"\fexpires_unix\x18\x04 \x01(\x03R\vexpiresUnix\"=\n" +
+	"\rRevokeRequest\x12,\n" +
+	"\x05scope\x18\x01 \x01(\v2\x16.tabcast.turn.v1.ScopeR\x05scope\"T\n" +
+	"\x0eRevokeResponse\x12 \n" +
+	"\vcredentials\x18\x01 \x01(\x03R\vcredentials\x12 \n" +
+	"\vallocations\x18\x02 \x01(\x03R\vallocations\"\x0f\n" +
+	"\rStatusRequest\"\x9f\x03\n" +
+	"\x05Stats\x12-\n" +
+	"\x12allocations_active\x18\x01 \x01(\x03R\x11allocationsActive\x12+\n" +
+	"\x11allocations_total\x18\x02 \x01(\x04R\x10allocationsTotal\x12#\n" +
+	"\rauth_failures\x18\x03 \x01(\x04R\fauthFailures\x12+\n" +
+	"\x11permission_denies\x18\x04 \x01(\x04R\x10permissionDenies\x12#\n" +
+	"\rquota_rejects\x18\x05 \x01(\x04R\fquotaRejects\x12#\n" +
+	"\rrelayed_bytes\x18\x06 \x01(\x04R\frelayedBytes\x12'\n" +
+	"\x0frelayed_packets\x18\a \x01(\x04R\x0erelayedPackets\x12!\n" +
+	"\fpolicy_drops\x18\b \x01(\x04R\vpolicyDrops\x12'\n" +
+	"\x0fbandwidth_drops\x18\t \x01(\x04R\x0ebandwidthDrops\x12)\n" +
+	"\x10credentials_live\x18\n" +
+	" \x01(\x03R\x0fcredentialsLive2\xe6\x01\n" +
 	"\x04Turn\x12Q\n" +
-	"\x0eMintCredential\x12\".tabcast.turn.v1.CredentialRequest\x1a\x1b.tabcast.turn.v1.CredentialB6Z4github.com/tabcast/tabcast/plugins/turn/proto;turnpbb\x06proto3"
+	"\x0eMintCredential\x12\".tabcast.turn.v1.CredentialRequest\x1a\x1b.tabcast.turn.v1.Credential\x12I\n" +
+	"\x06Revoke\x12\x1e.tabcast.turn.v1.RevokeRequest\x1a\x1f.tabcast.turn.v1.RevokeResponse\x12@\n" +
+	"\x06Status\x12\x1e.tabcast.turn.v1.StatusRequest\x1a\x16.tabcast.turn.v1.StatsB6Z4github.com/tabcast/tabcast/plugins/turn/proto;turnpbb\x06proto3"
 
 var (
 	file_turn_proto_rawDescOnce sync.Once
@@ -175,19 +519,30 @@ func file_turn_proto_rawDescGZIP() []byte {
 	return file_turn_proto_rawDescData
 }
 
-var file_turn_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_turn_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_turn_proto_goTypes = []any{
-	(*CredentialRequest)(nil), // 0: tabcast.turn.v1.CredentialRequest
-	(*Credential)(nil),        // 1: tabcast.turn.v1.Credential
+	(*Scope)(nil),             // 0: tabcast.turn.v1.Scope
+	(*CredentialRequest)(nil), // 1: tabcast.turn.v1.CredentialRequest
+	(*Credential)(nil),        // 2: tabcast.turn.v1.Credential
+	(*RevokeRequest)(nil),     // 3: tabcast.turn.v1.RevokeRequest
+	(*RevokeResponse)(nil),    // 4: tabcast.turn.v1.RevokeResponse
+	(*StatusRequest)(nil),     // 5: tabcast.turn.v1.StatusRequest
+	(*Stats)(nil),             // 6: tabcast.turn.v1.Stats
 }
 var file_turn_proto_depIdxs = []int32{
-	0, // 0: tabcast.turn.v1.Turn.MintCredential:input_type -> tabcast.turn.v1.CredentialRequest
-	1, // 1: tabcast.turn.v1.Turn.MintCredential:output_type -> tabcast.turn.v1.Credential
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0, // 0: tabcast.turn.v1.CredentialRequest.scope:type_name -> tabcast.turn.v1.Scope
+	0, // 1: tabcast.turn.v1.RevokeRequest.scope:type_name -> tabcast.turn.v1.Scope
+	1, // 2: tabcast.turn.v1.Turn.MintCredential:input_type -> tabcast.turn.v1.CredentialRequest
+	3, // 3: tabcast.turn.v1.Turn.Revoke:input_type -> tabcast.turn.v1.RevokeRequest
+	5, // 4: tabcast.turn.v1.Turn.Status:input_type -> tabcast.turn.v1.StatusRequest
+	2, // 5: tabcast.turn.v1.Turn.MintCredential:output_type -> tabcast.turn.v1.Credential
+	4, // 6: tabcast.turn.v1.Turn.Revoke:output_type -> tabcast.turn.v1.RevokeResponse
+	6, // 7: tabcast.turn.v1.Turn.Status:output_type -> tabcast.turn.v1.Stats
+	5, // [5:8] is the sub-list for method output_type
+	2, // [2:5] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_turn_proto_init() }
@@ -201,7 +556,7 @@ func file_turn_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turn_proto_rawDesc), len(file_turn_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,8 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Turn_MintCredential_FullMethodName = "/tabcast.turn.v1.Turn/MintCredential"
+	Turn_Revoke_FullMethodName         = "/tabcast.turn.v1.Turn/Revoke"
+	Turn_Status_FullMethodName         = "/tabcast.turn.v1.Turn/Status"
 )
 
 // TurnClient is the client API for Turn service.
@@ -29,6 +31,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type TurnClient interface {
 	MintCredential(ctx context.Context, in *CredentialRequest, opts ...grpc.CallOption) (*Credential, error)
+	Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error)
+	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*Stats, error)
 }
 
 type turnClient struct {
@@ -49,11 +53,33 @@ func (c *turnClient) MintCredential(ctx context.Context, in *CredentialRequest, 
 	return out, nil
 }
 
+func (c *turnClient) Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeResponse)
+	err := c.cc.Invoke(ctx, Turn_Revoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *turnClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*Stats, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Stats)
+	err := c.cc.Invoke(ctx, Turn_Status_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TurnServer is the server API for Turn service.
 // All implementations must embed UnimplementedTurnServer
 // for forward compatibility.
 type TurnServer interface {
 	MintCredential(context.Context, *CredentialRequest) (*Credential, error)
+	Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error)
+	Status(context.Context, *StatusRequest) (*Stats, error)
 	mustEmbedUnimplementedTurnServer()
 }
 
@@ -66,6 +92,12 @@ type UnimplementedTurnServer struct{}
 
 func (UnimplementedTurnServer) MintCredential(context.Context, *CredentialRequest) (*Credential, error) {
 	return nil, status.Error(codes.Unimplemented, "method MintCredential not implemented")
+}
+func (UnimplementedTurnServer) Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Revoke not implemented")
+}
+func (UnimplementedTurnServer) Status(context.Context, *StatusRequest) (*Stats, error) {
+	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
 }
 func (UnimplementedTurnServer) mustEmbedUnimplementedTurnServer() {}
 func (UnimplementedTurnServer) testEmbeddedByValue()              {}
@@ -106,6 +138,42 @@ func _Turn_MintCredential_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Turn_Revoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TurnServer).Revoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Turn_Revoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TurnServer).Revoke(ctx, req.(*RevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Turn_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TurnServer).Status(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Turn_Status_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TurnServer).Status(ctx, req.(*StatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Turn_ServiceDesc is the grpc.ServiceDesc for Turn service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -116,6 +184,14 @@ var Turn_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MintCredential",
 			Handler:    _Turn_MintCredential_Handler,
+		},
+		{
+			MethodName: "Revoke",
+			Handler:    _Turn_Revoke_Handler,
+		},
+		{
+			MethodName: "Status",
+			Handler:    _Turn_Status_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
