@@ -380,6 +380,12 @@ func (m mediaAdapter) RequestKeyframe(codec string) { m.s.RequestKeyframe(codec)
 
 func (m mediaAdapter) Done() <-chan struct{} { return m.s.Done() }
 
+// Snapshot feeds the signaling socket's snapshot messages.
+func (m mediaAdapter) Snapshot() (uint64, any) {
+	snap := m.s.Snapshot()
+	return snap.Revision, snap
+}
+
 func (m mediaAdapter) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
 	t, release, err := m.s.Subscribe(codec)
 	switch {

@@ -84,8 +84,10 @@ type Session struct {
 	viewers       int
 	captureCancel context.CancelFunc
 	captureDone   chan struct{}
-	downloads     string   // this session's download dir; removed at close
-	owner         string   // fixed at Create
+	downloads     string // this session's download dir; removed at close
+	owner         string // fixed at Create
+	snapKey       string // what Snapshot last showed, for Revision
+	snapRev       uint64
 	invited       []string // users invited to watch, sorted
 
 	done chan struct{} // closed when the session starts closing
@@ -394,7 +396,9 @@ type Snapshot struct {
 	CaptureError   string          `json:"captureError,omitempty"`
 	Pipelines      []PipelineStats `json:"pipelines"`
 	Owner          string          `json:"owner,omitempty"`
-	Invited        []string        `json:"invited"`
+	// Revision grows whenever the state, page or audience changes.
+	Revision uint64   `json:"revision"`
+	Invited  []string `json:"invited"`
 }
 
 // Snapshot returns the session's current state.
@@ -414,6 +418,15 @@ func (s *Session) Snapshot() Snapshot {
 	if e, ok := s.captureErr.Load().(string); ok {
 		snap.CaptureError = e
 	}
+	// The revision moves whenever what a person sees of the session moves
+	// (not its counters), so panels can tell a new snapshot from a repeat.
+	key := fmt.Sprint(snap.State, snap.TerminalReason, snap.URL, snap.Title, snap.Width, snap.Height,
+		snap.Viewers, snap.Producers, snap.PageRevision, snap.CaptureError, snap.Invited)
+	if key != s.snapKey {
+		s.snapKey = key
+		s.snapRev++
+	}
+	snap.Revision = s.snapRev
 	for _, c := range s.m.codecs {
 		if p := s.pipes[c]; p != nil {
 			snap.Pipelines = append(snap.Pipelines, p.stats(p.refs))

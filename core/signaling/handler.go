@@ -53,6 +53,16 @@ type Media interface {
 	OpenInput(owner string, onState func(StateEvent)) (Input, error)
 }
 
+// Snapshotter is implemented by Media that can describe their session:
+// the viewer then gets a "snapshot" message after the welcome and whenever
+// the revision moves (state, page, audience), so a panel never polls.
+type Snapshotter interface {
+	Snapshot() (revision uint64, snapshot any)
+}
+
+// snapshotEvery is how often a connection looks for a new revision.
+const snapshotEvery = 500 * time.Millisecond
+
 // WebSocket close codes used besides the standard ones.
 const (
 	// CloseSessionNotFound closes a socket whose session does not exist.
@@ -465,6 +475,9 @@ func (c *conn) hello(m Message) error {
 		welcome.PageRevision = in.PageRevision()
 	}
 	c.send(welcome)
+	if sn, ok := c.media.(Snapshotter); ok {
+		go c.pushSnapshots(sn)
+	}
 
 	offer, err := p.CreateOffer()
 	if err != nil {
@@ -643,6 +656,25 @@ func (c *conn) writer() {
 				_ = c.ws.CloseNow()
 				return
 			}
+		}
+	}
+}
+
+// pushSnapshots sends the session snapshot whenever its revision moves,
+// until the connection ends.
+func (c *conn) pushSnapshots(sn Snapshotter) {
+	var last uint64
+	t := time.NewTicker(snapshotEvery)
+	defer t.Stop()
+	for {
+		if rev, snap := sn.Snapshot(); rev != last {
+			last = rev
+			c.send(snapshotMsg{Type: TypeSnapshot, Revision: rev, Session: snap})
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

@@ -23,11 +23,12 @@ const (
 	TypePing      = "ping"
 	TypeBye       = "bye"
 
-	TypeWelcome = "welcome"
-	TypeOffer   = "offer"
-	TypeState   = "state"
-	TypePong    = "pong"
-	TypeError   = "error"
+	TypeWelcome  = "welcome"
+	TypeOffer    = "offer"
+	TypeState    = "state"
+	TypePong     = "pong"
+	TypeError    = "error"
+	TypeSnapshot = "snapshot"
 )
 
 // Codec names on the wire.
@@ -255,6 +256,13 @@ func errorCode(err error) string {
 }
 
 // Server messages.
+
+// snapshotMsg carries the session snapshot (docs/protocol.md).
+type snapshotMsg struct {
+	Type     string `json:"type"`
+	Revision uint64 `json:"revision"`
+	Session  any    `json:"session"`
+}
 
 type welcomeMsg struct {
 	Type      string `json:"type"`

@@ -1,0 +1,61 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// TestSnapshotPushed: the signaling socket carries the session snapshot
+// after the welcome and again, with a higher revision, when the page
+// changes.
+func TestSnapshotPushed(t *testing.T) {
+	p := pages(t)
+	a, s := startWithSession(t, p.URL+"/solid?c=123456")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.URL, "http")+"/api/v1/sessions/"+s.ID+"/signal",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + a.Token}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"hello","codec":"vp8","codecs":["vp8"],"interactive":false}`)); err != nil {
+		t.Fatal(err)
+	}
+	type snap struct {
+		Type     string
+		Revision uint64
+		Session  struct{ ID, State, Title string }
+	}
+	next := func(cond func(snap) bool) snap {
+		t.Helper()
+		for {
+			_, b, err := ws.Read(ctx)
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			var m snap
+			_ = json.Unmarshal(b, &m)
+			if m.Type == "snapshot" && cond(m) {
+				return m
+			}
+		}
+	}
+	first := next(func(m snap) bool { return true })
+	if first.Session.ID != s.ID || first.Session.State != "ready" || first.Session.Title != "123456" || first.Revision == 0 {
+		t.Fatalf("first snapshot: %+v", first)
+	}
+	if err := a.Do(ctx, "POST", "/api/v1/sessions/"+s.ID+"/navigate", `{"url":"`+p.URL+`/solid?c=abcdef"}`, nil); err != nil {
+		t.Fatal(err)
+	}
+	later := next(func(m snap) bool { return m.Session.Title == "abcdef" })
+	if later.Revision <= first.Revision {
+		t.Errorf("revision %d after the navigation, was %d", later.Revision, first.Revision)
+	}
+}
