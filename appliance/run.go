@@ -20,6 +20,7 @@ import (
 	"github.com/pion/webrtc/v4"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/appliance/web"
+	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/certs"
 	"github.com/tabcast/tabcast/core/dispatch"
@@ -113,6 +114,7 @@ type appliance struct {
 	probes   []encoder.Probe
 	codecs   []string
 	gate     *gate
+	agents   *agent.Service
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -207,12 +209,13 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		Launch: func(ctx context.Context) (session.Browser, error) { return browser.Launch(ctx, bopts) },
 		Logger: log.With("component", "session"),
 	}, a.browser, a.capture, a.encoder, a.codecs)
+	a.agents = agent.NewService(log.With("component", "agent"))
 	a.signal = signaling.NewHandler(signaling.Options{Sessions: sessionsAdapter{a.sessions}, Peers: a.peers, Logger: log.With("component", "signaling")})
 
 	srv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			Sessions: a.sessions, Signal: a.signal, Panel: web.FS, Status: a.status, Ready: a.ready, Plugins: a.pluginMetrics,
-			Auth: a.gate.opts, Logger: log.With("component", "http"),
+			Auth: a.gate.opts, Agent: a.agents, Logger: log.With("component", "http"),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
@@ -345,6 +348,9 @@ func (a *appliance) shutdown() {
 	defer cancel()
 	if a.signal != nil {
 		a.signal.Close()
+	}
+	if a.agents != nil {
+		a.agents.Close()
 	}
 	if a.sessions != nil {
 		a.sessions.Shutdown(ctx)

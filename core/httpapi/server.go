@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/access"
+	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/audit"
 	"github.com/tabcast/tabcast/core/session"
 )
@@ -38,8 +39,10 @@ type Options struct {
 	// Plugins returns the plugins' states for /metrics.
 	Plugins func() []PluginMetric
 	// Ready reports nil when the appliance can serve sessions.
-	Ready  func() error
-	Auth   AuthOptions
+	Ready func() error
+	Auth  AuthOptions
+	// Agent serves the agent command API; nil = none.
+	Agent  *agent.Service
 	Logger *slog.Logger
 }
 
@@ -72,6 +75,7 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /api/v1/sessions/{id}/thumbnail", a.thumbnail)
 	mux.HandleFunc("GET /api/v1/sessions/{id}/downloads", a.downloads)
 	mux.HandleFunc("GET /api/v1/sessions/{id}/downloads/{name}", a.download)
+	mux.HandleFunc("POST /api/v1/sessions/{id}/agent", a.agentCommand)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/invites", a.invite)
 	mux.HandleFunc("DELETE /api/v1/sessions/{id}/invites/{user}", a.uninvite)
 	if o.Signal != nil {

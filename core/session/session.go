@@ -217,6 +217,28 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // ID returns the session id.
 func (s *Session) ID() string { return s.id }
 
+// Page is the session's browser tab (for agents' read-only CDP work:
+// snapshots, queries, screenshots; input goes through the dispatcher).
+// nil until the session is ready.
+func (s *Session) Page() *browser.Page {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.page
+}
+
+// BrowserWSURL is the DevTools address of the Chromium holding the page.
+func (s *Session) BrowserWSURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.browser == nil {
+		return ""
+	}
+	return s.browser.WSURL()
+}
+
+// Viewport is the page's size in CSS pixels.
+func (s *Session) Viewport() (w, h int) { return s.width, s.height }
+
 // Codecs are the codecs viewers of this session can ask for.
 func (s *Session) Codecs() []string { return s.m.codecs }
 

@@ -1,0 +1,306 @@
+// Package agent lets AI agents work a session by page semantics: they read
+// accessibility snapshots with refs and act on elements. Every action that
+// touches the page goes through the session's one dispatcher as an agent
+// producer, in order with the people in the panel; reads (snapshots,
+// queries, waits, screenshots) use the page's CDP session directly.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/session"
+	"github.com/tabcast/tabcast/core/snapshot"
+)
+
+// Stable codes this package adds to those of action and snapshot.
+const (
+	CodeUnknownCommand = "unknown_command"
+	CodeHumanInControl = "human_in_control"
+	CodeNotReady       = "not_ready"
+	CodeEvalDisabled   = "eval_disabled"
+)
+
+// Error is a refusal with a stable code, for the API edge.
+type Error struct {
+	Code        string `json:"code"`
+	Message     string `json:"message"`
+	Hint        string `json:"hint,omitempty"`
+	Recoverable bool   `json:"recoverable"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(code string, recoverable bool, hint, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Hint: hint, Recoverable: recoverable}
+}
+
+// AsError turns any error of the agent path into an *Error with a stable
+// code (snapshot, action and dispatch codes pass through).
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	var se *snapshot.Error
+	if errors.As(err, &se) {
+		return &Error{Code: se.Code, Message: se.Message, Hint: se.Hint, Recoverable: se.Recoverable}
+	}
+	var ae *action.Error
+	if errors.As(err, &ae) {
+		rec := ae.Code != action.CodeNavigationBlocked && ae.Code != action.CodeShortcutBlocked && ae.Code != action.CodeNotAllowed
+		return &Error{Code: ae.Code, Message: ae.Message, Recoverable: rec}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Code: "timeout", Message: "the browser did not answer in time", Recoverable: true}
+	}
+	return &Error{Code: "internal", Message: "internal error", Hint: "see the appliance log", Recoverable: true}
+}
+
+// Service holds one driver per (session, user): its producer, sequence
+// numbers, ref table and idempotency ledger.
+type Service struct {
+	log  *slog.Logger
+	snap *snapshot.Snapshotter
+
+	mu      sync.Mutex
+	drivers map[string]*driver
+	closed  bool
+}
+
+// NewService returns an empty service.
+func NewService(log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{log: log, snap: snapshot.NewSnapshotter(), drivers: map[string]*driver{}}
+}
+
+// driverFor returns the user's driver for s, opening its producer on first
+// use. A driver of a session that ended is replaced.
+func (sv *Service) driverFor(s *session.Session, user string) (*driver, error) {
+	key := s.ID() + "\x00" + user
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if sv.closed {
+		return nil, errorf(CodeNotReady, false, "", "the appliance is shutting down")
+	}
+	if d := sv.drivers[key]; d != nil && !d.ended() {
+		return d, nil
+	}
+	if len(sv.drivers) >= maxDrivers {
+		sv.pruneLocked()
+	}
+	p, err := s.OpenProducer(dispatch.KindAgent, "agent:"+user, nil)
+	if err != nil {
+		return nil, errorf(CodeNotReady, true, "read the session snapshot; wait until it is ready", "the session is not ready")
+	}
+	d := &driver{sv: sv, s: s, p: p, user: user, ledger: map[string]*Result{}}
+	sv.drivers[key] = d
+	// The producer ends with the session; drop the driver then.
+	go func() {
+		<-s.Done()
+		p.Close()
+		d.closeAttacher()
+		sv.mu.Lock()
+		if sv.drivers[key] == d {
+			delete(sv.drivers, key)
+		}
+		sv.mu.Unlock()
+		if pg := s.Page(); pg != nil {
+			sv.snap.Forget(pg)
+		}
+	}()
+	return d, nil
+}
+
+// maxDrivers bounds the table; ended sessions' drivers go first.
+const maxDrivers = 1024
+
+func (sv *Service) pruneLocked() {
+	for k, d := range sv.drivers {
+		if d.ended() {
+			delete(sv.drivers, k)
+		}
+	}
+}
+
+// Close ends every agent producer.
+func (sv *Service) Close() {
+	sv.mu.Lock()
+	sv.closed = true
+	ds := sv.drivers
+	sv.drivers = map[string]*driver{}
+	sv.mu.Unlock()
+	for _, d := range ds {
+		d.p.Close()
+		d.closeAttacher()
+	}
+}
+
+// Do runs one request for user on s.
+func (sv *Service) Do(ctx context.Context, s *session.Session, user string, r Request) (*Result, error) {
+	d, err := sv.driverFor(s, user)
+	if err != nil {
+		return nil, err
+	}
+	return d.do(ctx, r)
+}
+
+// driver is one agent's handle on one session. Its commands run one at a
+// time, so its sequence numbers stay in order.
+type driver struct {
+	sv   *Service
+	s    *session.Session
+	p    *session.Producer
+	user string
+
+	mu         sync.Mutex
+	attacher   *snapshot.Attacher // its own CDP connection, for OOPIFs; lazily
+	controlSeq uint64
+	pointerSeq uint64
+	nextID     uint64
+	ledger     map[string]*Result // actionId → result, bounded
+	ledgerKeys []string
+}
+
+const ledgerSize = 256
+
+// page is the session's tab with its out-of-process iframes reachable.
+// Without an attacher (it failed to connect) OOPIFs show as unreachable.
+func (d *driver) page(ctx context.Context) snapshot.Page {
+	pg := d.s.Page()
+	if d.attacher == nil {
+		if url := d.s.BrowserWSURL(); url != "" {
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			a, err := snapshot.NewAttacher(actx, url)
+			cancel()
+			if err != nil {
+				d.sv.log.Warn("agent: frames attacher", "err", err)
+				return pg
+			}
+			d.attacher = a
+		}
+	}
+	if d.attacher == nil {
+		return pg
+	}
+	return snapshot.WithFrames(pg, d.attacher)
+}
+
+func (d *driver) closeAttacher() {
+	d.mu.Lock()
+	a := d.attacher
+	d.attacher = nil
+	d.mu.Unlock()
+	if a != nil {
+		_ = a.Close()
+	}
+}
+
+func (d *driver) ended() bool {
+	select {
+	case <-d.s.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func (d *driver) do(ctx context.Context, r Request) (*Result, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r.ActionID != "" {
+		if len(r.ActionID) > 128 {
+			return nil, errorf(action.CodeInvalidArgument, false, "", "actionId is limited to 128 bytes")
+		}
+		if res, ok := d.ledger[r.ActionID]; ok {
+			dup := *res
+			dup.Duplicate = true
+			return &dup, nil
+		}
+	}
+	timeout := defaultTimeout
+	if r.TimeoutMs > 0 {
+		timeout = min(time.Duration(r.TimeoutMs)*time.Millisecond, maxTimeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := d.run(ctx, r)
+	if err != nil {
+		return res, err
+	}
+	res.Command = r.Command
+	res.PageRevision = d.p.PageRevision()
+	if r.ActionID != "" {
+		res.ActionID = r.ActionID
+		d.remember(r.ActionID, res)
+	}
+	return res, nil
+}
+
+func (d *driver) remember(id string, r *Result) {
+	if len(d.ledgerKeys) >= ledgerSize {
+		delete(d.ledger, d.ledgerKeys[0])
+		d.ledgerKeys = d.ledgerKeys[1:]
+	}
+	d.ledger[id] = r
+	d.ledgerKeys = append(d.ledgerKeys, id)
+}
+
+// Timeouts of one request.
+const (
+	defaultTimeout = 15 * time.Second
+	maxTimeout     = 2 * time.Minute
+)
+
+// submit sends one action through the dispatcher and waits for its end.
+// It returns the action's revision in the session's order.
+func (d *driver) submit(ctx context.Context, a action.Action) (uint64, *action.Result, error) {
+	a.PageRevision = d.p.PageRevision()
+	d.nextID++
+	id := "agent-" + strconv.FormatUint(d.nextID, 10)
+	env := dispatch.Envelope{ActionID: id, Action: a}
+	if a.OnPointerChannel() {
+		d.pointerSeq++
+		env.PointerSeq = d.pointerSeq
+		// Pointer actions are acked only when refused: nothing to wait for.
+		d.p.Submit(env, func(dispatch.Ack) {})
+		return 0, nil, nil
+	}
+	env.ControlSeq = d.controlSeq + 1
+	acks := make(chan dispatch.Ack, 4)
+	d.p.Submit(env, func(k dispatch.Ack) {
+		select {
+		case acks <- k:
+		default:
+		}
+	})
+	var rev uint64
+	for {
+		select {
+		case k := <-acks:
+			switch k.Status {
+			case dispatch.StatusAccepted:
+				d.controlSeq = env.ControlSeq // acceptance consumes the seq
+				rev = k.ActionRevision
+				continue
+			case dispatch.StatusCompleted:
+				return max(rev, k.ActionRevision), k.Result, nil
+			default:
+				// Refused (at submit the seq is not consumed: the next
+				// action reuses it).
+				return rev, nil, &action.Error{Code: k.Code, Message: k.Message}
+			}
+		case <-ctx.Done():
+			return rev, nil, &action.Error{Code: action.CodeOutcomeUnknown, Message: "the action did not finish in time; its outcome is unknown"}
+		}
+	}
+}

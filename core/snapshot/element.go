@@ -1,0 +1,575 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/chromedp/cdproto/accessibility"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// Element is a handle on one DOM element: its backend node id in the CDP
+// session of its frame's target. It does not keep the element alive; every
+// operation checks that the element is still in its document and fails with
+// CodeStaleRef otherwise.
+type Element struct {
+	Ref           string            // the ref it was resolved from, if any
+	BackendNodeID cdp.BackendNodeID // identity in its renderer
+	FrameID       cdp.FrameID
+	// Session is the CDP session of the frame's target: the page session,
+	// or an OOPIF session from the FrameAttacher.
+	Session cdp.Session
+
+	frame *frameInfo
+}
+
+// Rect is a box in top-level viewport CSS pixels.
+type Rect struct {
+	X      float64 `json:"x"`
+	Y      float64 `json:"y"`
+	Width  float64 `json:"width"`
+	Height float64 `json:"height"`
+}
+
+var groupSeq atomic.Int64
+
+func (e *Element) label() string {
+	if e.Ref != "" {
+		return e.Ref
+	}
+	return "node " + strconv.FormatInt(int64(e.BackendNodeID), 10)
+}
+
+// object resolves the element to a JS object in group; a node that is gone
+// is stale.
+func (e *Element) object(ctx context.Context, group string) (runtime.RemoteObjectID, error) {
+	r, err := cdp.Call(ctx, e.Session, dom.ResolveNode, dom.ResolveNodeParams{BackendNodeID: e.BackendNodeID, ObjectGroup: group})
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "", staleRef(e.label(), "the element no longer exists", err)
+	}
+	if r.Object == nil || r.Object.ObjectID == "" {
+		return "", staleRef(e.label(), "the element no longer exists", nil)
+	}
+	return r.Object.ObjectID, nil
+}
+
+// call runs fn (a JS function declaration) with this = the element, after
+// checking that the element is connected, and decodes its JSON result.
+func (e *Element) call(ctx context.Context, fn string, out any, args ...runtime.RemoteObjectID) error {
+	group := "tabcast-snapshot-" + strconv.FormatInt(groupSeq.Add(1), 10)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		_, _ = cdp.Call(rctx, e.Session, runtime.ReleaseObjectGroup, runtime.ReleaseObjectGroupParams{ObjectGroup: group})
+	}()
+	obj, err := e.object(ctx, group)
+	if err != nil {
+		return err
+	}
+	yes := true
+	cargs := make([]*runtime.CallArgument, len(args))
+	for i, a := range args {
+		cargs[i] = &runtime.CallArgument{ObjectID: a}
+	}
+	wrapped := `function(...a){ if (!this.isConnected) return {"stale": true}; return {"v": (` + fn + `).apply(this, a)}; }`
+	r, err := cdp.Call(ctx, e.Session, runtime.CallFunctionOn, runtime.CallFunctionOnParams{
+		FunctionDeclaration: wrapped, ObjectID: obj, Arguments: cargs,
+		ReturnByValue: &yes, AwaitPromise: &yes, ObjectGroup: group,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return staleRef(e.label(), "the element's document is gone", err)
+	}
+	if r.ExceptionDetails != nil {
+		return fmt.Errorf("snapshot: %w", &chromedp.ExceptionError{ExceptionDetails: r.ExceptionDetails})
+	}
+	var res struct {
+		Stale bool            `json:"stale"`
+		V     json.RawMessage `json:"v"`
+	}
+	if r.Result == nil || json.Unmarshal(r.Result.Value, &res) != nil {
+		return fmt.Errorf("snapshot: unexpected result of element call")
+	}
+	if res.Stale {
+		return staleRef(e.label(), "the element was removed from the document (re-rendered?)", nil)
+	}
+	if out != nil && len(res.V) > 0 {
+		if err := json.Unmarshal(res.V, out); err != nil {
+			return fmt.Errorf("snapshot: decode element result: %w", err)
+		}
+	}
+	return nil
+}
+
+const releaseTimeout = 2 * time.Second
+
+// check fails with CodeStaleRef unless the element is in its document.
+func (e *Element) check(ctx context.Context) error {
+	return e.call(ctx, `function(){ return true; }`, nil)
+}
+
+// Text is the element's rendered text (innerText), token-redacted.
+func (e *Element) Text(ctx context.Context) (string, error) {
+	var s string
+	err := e.call(ctx, `function(){ return (this.innerText !== undefined ? this.innerText : this.textContent) || ""; }`, &s)
+	return RedactTokens(s), err
+}
+
+// Value is the value of a form field (or the text of a contenteditable).
+// A password field's value is always "••••" (or "" when empty).
+func (e *Element) Value(ctx context.Context) (string, error) {
+	var r struct {
+		PW bool   `json:"pw"`
+		V  string `json:"v"`
+	}
+	err := e.call(ctx, `function(){
+		const t = String(this.type || "").toLowerCase();
+		const ac = String((this.getAttribute && this.getAttribute("autocomplete")) || "").toLowerCase();
+		let v = "value" in this ? String(this.value ?? "") : (this.isContentEditable ? this.innerText : "");
+		if (t === "password" || ac.includes("password")) return {pw: true, v: v.length ? "x" : ""};
+		return {v};
+	}`, &r)
+	if err != nil {
+		return "", err
+	}
+	if r.PW {
+		if r.V == "" {
+			return "", nil
+		}
+		return RedactedPassword, nil
+	}
+	return RedactTokens(r.V), nil
+}
+
+// Attr is an attribute of the element; ok is false when it is absent. The
+// value attribute of a password field is redacted.
+func (e *Element) Attr(ctx context.Context, name string) (val string, ok bool, err error) {
+	var r *struct {
+		V  string `json:"v"`
+		PW bool   `json:"pw"`
+	}
+	nameJS, _ := json.Marshal(name)
+	err = e.call(ctx, `function(){
+		const n = `+string(nameJS)+`;
+		if (!this.hasAttribute || !this.hasAttribute(n)) return null;
+		const pw = String(this.type || "").toLowerCase() === "password" && n.toLowerCase() === "value";
+		return {v: this.getAttribute(n), pw};
+	}`, &r)
+	if err != nil || r == nil {
+		return "", false, err
+	}
+	if r.PW && r.V != "" {
+		return RedactedPassword, true, nil
+	}
+	return RedactTokens(r.V), true, nil
+}
+
+// IsVisible reports whether the element has a non-empty box and is not
+// hidden by CSS (display, visibility, content-visibility, opacity 0).
+func (e *Element) IsVisible(ctx context.Context) (bool, error) {
+	var v bool
+	err := e.call(ctx, visibleJS, &v)
+	return v, err
+}
+
+const visibleJS = `function(){
+	const r = this.getBoundingClientRect();
+	if (r.width === 0 && r.height === 0) return false;
+	if (this.checkVisibility) return this.checkVisibility({checkOpacity: true, checkVisibilityCSS: true});
+	const s = getComputedStyle(this);
+	return s.display !== "none" && s.visibility !== "hidden" && s.opacity !== "0";
+}`
+
+// IsEnabled is false for disabled form controls (also inside a disabled
+// fieldset) and for aria-disabled="true".
+func (e *Element) IsEnabled(ctx context.Context) (bool, error) {
+	var v bool
+	err := e.call(ctx, `function(){
+		if (this.matches && this.matches(":disabled")) return false;
+		return !(this.closest && this.closest("[aria-disabled=true]"));
+	}`, &v)
+	return v, err
+}
+
+// IsChecked is the checked state of a checkbox/radio (or aria-checked).
+func (e *Element) IsChecked(ctx context.Context) (bool, error) {
+	var v bool
+	err := e.call(ctx, `function(){
+		if ("checked" in this && (this.type === "checkbox" || this.type === "radio")) return this.checked;
+		return this.getAttribute && this.getAttribute("aria-checked") === "true";
+	}`, &v)
+	return v, err
+}
+
+// Focus focuses the element (DOM.focus).
+func (e *Element) Focus(ctx context.Context) error {
+	if err := e.check(ctx); err != nil {
+		return err
+	}
+	if _, err := cdp.Call(ctx, e.Session, dom.Focus, dom.FocusParams{BackendNodeID: e.BackendNodeID}); err != nil {
+		return fmt.Errorf("snapshot: focus %s: %w", e.label(), err)
+	}
+	return nil
+}
+
+// Box is the element's border box in top-level viewport CSS pixels.
+func (e *Element) Box(ctx context.Context) (Rect, error) {
+	if err := e.check(ctx); err != nil {
+		return Rect{}, err
+	}
+	bm, err := cdp.Call(ctx, e.Session, dom.GetBoxModel, dom.GetBoxModelParams{BackendNodeID: e.BackendNodeID})
+	if err != nil || bm.Model == nil {
+		return Rect{}, newErr(CodeNotVisible, "the element is not rendered (display:none?)", "%s has no box", e.label())
+	}
+	r := quadRect(bm.Model.Border)
+	ox, oy, err := frameOffset(ctx, e.frame)
+	if err != nil {
+		return Rect{}, err
+	}
+	r.X += ox
+	r.Y += oy
+	return r, nil
+}
+
+func quadRect(q dom.Quad) Rect {
+	if len(q) < 8 {
+		return Rect{}
+	}
+	minX, minY, maxX, maxY := q[0], q[1], q[0], q[1]
+	for i := 0; i+1 < len(q); i += 2 {
+		minX, maxX = math.Min(minX, q[i]), math.Max(maxX, q[i])
+		minY, maxY = math.Min(minY, q[i+1]), math.Max(maxY, q[i+1])
+	}
+	return Rect{X: minX, Y: minY, Width: maxX - minX, Height: maxY - minY}
+}
+
+func quadArea(q dom.Quad) float64 {
+	if len(q) < 8 {
+		return 0
+	}
+	a := 0.0
+	for i := 0; i < 4; i++ {
+		j := (i + 1) % 4
+		a += q[2*i]*q[2*j+1] - q[2*j]*q[2*i+1]
+	}
+	return math.Abs(a) / 2
+}
+
+// frameOffset is the offset of f's local-root viewport in the top-level
+// viewport: the content-box origin of each OOPIF owner, summed upwards.
+// (Same-process frames already report root-relative coordinates.)
+func frameOffset(ctx context.Context, f *frameInfo) (float64, float64, error) {
+	var ox, oy float64
+	for ; f != nil && f.parent != nil; f = f.parent {
+		if !f.oopif() {
+			continue
+		}
+		bm, err := cdp.Call(ctx, f.parent.sess, dom.GetBoxModel, dom.GetBoxModelParams{BackendNodeID: f.owner})
+		if err != nil || bm.Model == nil || len(bm.Model.Content) < 2 {
+			return 0, 0, newErr(CodeNotVisible, "the iframe holding the element is not rendered", "iframe of frame %s has no box: %v", f.id, err)
+		}
+		ox += bm.Model.Content[0]
+		oy += bm.Model.Content[1]
+	}
+	return ox, oy, nil
+}
+
+// ClickPoint scrolls the element into view if needed and returns the centre
+// of its largest content quad in top-level viewport CSS pixels (translated
+// through OOPIF owners). The point is hit-tested: it must hit the element
+// or a descendant (or a label of it), and every OOPIF owner on the way up
+// must be hit at the translated point; otherwise CodeObscured. An element
+// with no box is CodeNotVisible. It does not dispatch input.
+func ClickPoint(ctx context.Context, e *Element) (x, y float64, err error) {
+	if err := e.check(ctx); err != nil {
+		return 0, 0, err
+	}
+	if _, err := cdp.Call(ctx, e.Session, dom.ScrollIntoViewIfNeeded, dom.ScrollIntoViewIfNeededParams{BackendNodeID: e.BackendNodeID}); err != nil {
+		return 0, 0, newErr(CodeNotVisible, "the element is not rendered (display:none?)", "%s cannot be scrolled into view: %v", e.label(), err)
+	}
+	for f := e.frame; f != nil && f.parent != nil; f = f.parent {
+		if f.oopif() {
+			_, _ = cdp.Call(ctx, f.parent.sess, dom.ScrollIntoViewIfNeeded, dom.ScrollIntoViewIfNeededParams{BackendNodeID: f.owner})
+		}
+	}
+	qs, err := cdp.Call(ctx, e.Session, dom.GetContentQuads, dom.GetContentQuadsParams{BackendNodeID: e.BackendNodeID})
+	if err != nil {
+		return 0, 0, newErr(CodeNotVisible, "the element is not rendered", "%s has no layout: %v", e.label(), err)
+	}
+	var best dom.Quad
+	for _, q := range qs.Quads {
+		if quadArea(q) > quadArea(best) {
+			best = q
+		}
+	}
+	if quadArea(best) < 1 {
+		return 0, 0, newErr(CodeNotVisible, "the element has no visible area", "%s has an empty box", e.label())
+	}
+	for i := 0; i < 4; i++ {
+		x += best[2*i] / 4
+		y += best[2*i+1] / 4
+	}
+	var vis bool
+	if err := e.call(ctx, visibleJS, &vis); err != nil {
+		return 0, 0, err
+	}
+	if !vis {
+		return 0, 0, newErr(CodeNotVisible, "the element is hidden by CSS", "%s is not visible", e.label())
+	}
+	if err := hitTest(ctx, e, x, y); err != nil {
+		return 0, 0, err
+	}
+	// Translate through OOPIF owners, checking each owner is hit.
+	for f := e.frame; f != nil && f.parent != nil; f = f.parent {
+		if !f.oopif() {
+			continue
+		}
+		bm, err := cdp.Call(ctx, f.parent.sess, dom.GetBoxModel, dom.GetBoxModelParams{BackendNodeID: f.owner})
+		if err != nil || bm.Model == nil || len(bm.Model.Content) < 2 {
+			return 0, 0, newErr(CodeNotVisible, "the iframe holding the element is not rendered", "iframe of frame %s has no box", f.id)
+		}
+		x += bm.Model.Content[0]
+		y += bm.Model.Content[1]
+		owner := &Element{Ref: e.Ref, BackendNodeID: f.owner, FrameID: f.parent.id, Session: f.parent.sess, frame: f.parent}
+		if err := hitTest(ctx, owner, x, y); err != nil {
+			return 0, 0, err
+		}
+	}
+	return x, y, nil
+}
+
+// documentObject is the main document of the session's target. (Not
+// DOM.getDocument: it discards the DOM agent's node ids, which chromedp and
+// other clients of the session rely on.)
+func documentObject(ctx context.Context, s cdp.Session, group string) (runtime.RemoteObjectID, error) {
+	r, err := cdp.Call(ctx, s, runtime.Evaluate, runtime.EvaluateParams{Expression: "document", ObjectGroup: group})
+	if err != nil {
+		return "", fmt.Errorf("get document: %w", err)
+	}
+	if r.ExceptionDetails != nil || r.Result == nil || r.Result.ObjectID == "" {
+		return "", fmt.Errorf("get document: no object")
+	}
+	return r.Result.ObjectID, nil
+}
+
+// hitJS hit-tests (x, y), in the viewport of the document this, descending
+// into shadow roots and into iframes whose documents it can reach; an
+// unreachable (out-of-process) iframe is returned itself.
+const hitJS = `function(x, y) {
+	let doc = this, el = null;
+	for (let i = 0; i < 32; i++) {
+		el = doc.elementFromPoint(x, y);
+		if (!el) return null;
+		for (let j = 0; j < 32 && el.shadowRoot; j++) {
+			const inner = el.shadowRoot.elementFromPoint(x, y);
+			if (!inner || inner === el) break;
+			el = inner;
+		}
+		if ((el.localName === "iframe" || el.localName === "frame") && el.contentDocument) {
+			const r = el.getBoundingClientRect(), cs = getComputedStyle(el);
+			x -= r.left + parseFloat(cs.borderLeftWidth) + parseFloat(cs.paddingLeft);
+			y -= r.top + parseFloat(cs.borderTopWidth) + parseFloat(cs.paddingTop);
+			doc = el.contentDocument;
+			continue;
+		}
+		return el;
+	}
+	return el;
+}`
+
+// hitTest checks that (x, y), in the viewport of e's local root (the main
+// document of e's target), hits e, a descendant of e, or a label of e.
+// (DOM.getNodeForLocation is not used: it misses nodes after a scroll that
+// an out-of-process iframe caused.)
+func hitTest(ctx context.Context, e *Element, x, y float64) error {
+	group := "tabcast-snapshot-hit-" + strconv.FormatInt(groupSeq.Add(1), 10)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		_, _ = cdp.Call(rctx, e.Session, runtime.ReleaseObjectGroup, runtime.ReleaseObjectGroupParams{ObjectGroup: group})
+	}()
+	docObj, err := documentObject(ctx, e.Session, group)
+	if err != nil {
+		return fmt.Errorf("snapshot: hit test: %w", err)
+	}
+	xs, _ := json.Marshal(x)
+	ys, _ := json.Marshal(y)
+	r, err := cdp.Call(ctx, e.Session, runtime.CallFunctionOn, runtime.CallFunctionOnParams{
+		FunctionDeclaration: hitJS, ObjectID: docObj, ObjectGroup: group,
+		Arguments: []*runtime.CallArgument{{Value: xs}, {Value: ys}},
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot: hit test: %w", err)
+	}
+	if r.ExceptionDetails != nil {
+		return fmt.Errorf("snapshot: hit test: %w", &chromedp.ExceptionError{ExceptionDetails: r.ExceptionDetails})
+	}
+	if r.Result == nil || r.Result.ObjectID == "" {
+		return newErr(CodeNotVisible, "scroll the element into the viewport or enlarge the viewport", "%s: nothing at (%.0f, %.0f)", e.label(), x, y)
+	}
+	d, err := cdp.Call(ctx, e.Session, dom.DescribeNode, dom.DescribeNodeParams{ObjectID: r.Result.ObjectID})
+	if err != nil || d.Node == nil {
+		return fmt.Errorf("snapshot: hit test: describe: %v", err)
+	}
+	hit := d.Node.BackendNodeID
+	if hit == e.BackendNodeID {
+		return nil
+	}
+	// A same-process frame whose document the hit test could not enter
+	// (cross-origin, same site): accept a hit on its owner.
+	for f := e.frame; f != nil && f.parent != nil && !f.oopif(); f = f.parent {
+		if hit == f.owner {
+			return nil
+		}
+	}
+	h, err := cdp.Call(ctx, e.Session, dom.ResolveNode, dom.ResolveNodeParams{BackendNodeID: hit, ObjectGroup: group})
+	if err != nil || h.Object == nil {
+		return newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered at (%.0f, %.0f)", e.label(), x, y)
+	}
+	var res struct {
+		OK  bool   `json:"ok"`
+		Hit string `json:"hit"`
+	}
+	err = e.call(ctx, `function(n){
+		for (let c = n; c; c = c.parentNode || c.host) { if (c === this) return {ok: true}; }
+		const l = n.closest ? n.closest("label") : null;
+		if (l && l.control === this) return {ok: true};
+		let d = n.nodeName ? n.nodeName.toLowerCase() : "?";
+		if (n.id) d += "#" + n.id;
+		return {ok: false, hit: d};
+	}`, &res, h.Object.ObjectID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The hit node lives in another frame (another JS world): not e.
+		return newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered at (%.0f, %.0f): %v", e.label(), x, y, err)
+	}
+	if !res.OK {
+		return newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered by <%s> at (%.0f, %.0f)", e.label(), res.Hit, x, y)
+	}
+	return nil
+}
+
+// querySelector finds the element(s) matching sel in f's document. With
+// unique, more than one match is CodeAmbiguous; else the first is taken.
+func querySelector(ctx context.Context, f *frameInfo, sel string, unique bool) (*Element, int, error) {
+	selJS, _ := json.Marshal(sel)
+	expr := `(() => { const l = document.querySelectorAll(` + string(selJS) + `); return l.length === 0 ? 0 : (` + strconv.FormatBool(unique) + ` && l.length > 1 ? l.length : l[0]); })()`
+	group := "tabcast-snapshot-q-" + strconv.FormatInt(groupSeq.Add(1), 10)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		_, _ = cdp.Call(rctx, f.sess, runtime.ReleaseObjectGroup, runtime.ReleaseObjectGroupParams{ObjectGroup: group})
+	}()
+	r, err := cdp.Call(ctx, f.sess, runtime.Evaluate, runtime.EvaluateParams{Expression: expr, ObjectGroup: group})
+	if err != nil {
+		return nil, 0, fmt.Errorf("snapshot: query %q: %w", sel, err)
+	}
+	if r.ExceptionDetails != nil {
+		return nil, 0, newErr(CodeInvalidArgument, "check the CSS selector syntax", "bad selector %q", sel)
+	}
+	if r.Result.Type == runtime.RemoteObjectTypeNumber {
+		n, _ := strconv.Atoi(string(r.Result.Value))
+		if n == 0 {
+			return nil, 0, newErr(CodeNotFound, "take a snapshot to see what is on the page", "no element matches %q", sel)
+		}
+		return nil, n, newErr(CodeAmbiguous, "use a more specific selector or a ref from a snapshot", "%d elements match %q", n, sel)
+	}
+	d, err := cdp.Call(ctx, f.sess, dom.DescribeNode, dom.DescribeNodeParams{ObjectID: r.Result.ObjectID})
+	if err != nil || d.Node == nil {
+		return nil, 0, fmt.Errorf("snapshot: describe match of %q: %v", sel, err)
+	}
+	return &Element{BackendNodeID: d.Node.BackendNodeID, FrameID: f.id, Session: f.sess, frame: f}, 1, nil
+}
+
+// ResolveSelector returns the only element of the main document matching
+// the CSS selector sel: CodeNotFound for none, CodeAmbiguous (with the
+// count in the message) for several.
+func ResolveSelector(ctx context.Context, p Page, sel string) (*Element, error) {
+	f, err := mainFrame(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	el, _, err := querySelector(ctx, f, sel, true)
+	return el, err
+}
+
+// Count is the number of elements of the main document matching sel.
+func Count(ctx context.Context, p Page, sel string) (int, error) {
+	selJS, _ := json.Marshal(sel)
+	yes := true
+	r, err := cdp.Call(ctx, p.Target(), runtime.Evaluate, runtime.EvaluateParams{
+		Expression: `document.querySelectorAll(` + string(selJS) + `).length`, ReturnByValue: &yes,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: count %q: %w", sel, err)
+	}
+	if r.ExceptionDetails != nil {
+		return 0, newErr(CodeInvalidArgument, "check the CSS selector syntax", "bad selector %q", sel)
+	}
+	n, err := strconv.Atoi(string(r.Result.Value))
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: count %q: %s", sel, r.Result.Value)
+	}
+	return n, nil
+}
+
+// ResolveRole returns the only element of the main document with the
+// accessibility role and accessible name (exact match; empty name matches
+// any), via Accessibility.queryAXTree.
+func ResolveRole(ctx context.Context, p Page, role, name string) (*Element, error) {
+	f, err := mainFrame(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	group := "tabcast-snapshot-role-" + strconv.FormatInt(groupSeq.Add(1), 10)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		_, _ = cdp.Call(rctx, f.sess, runtime.ReleaseObjectGroup, runtime.ReleaseObjectGroupParams{ObjectGroup: group})
+	}()
+	doc, err := documentObject(ctx, f.sess, group)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	r, err := cdp.Call(ctx, f.sess, accessibility.QueryAXTree, accessibility.QueryAXTreeParams{
+		ObjectID: doc, Role: role, AccessibleName: name,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: query AX tree: %w", err)
+	}
+	var hits []*accessibility.Node
+	for _, n := range r.Nodes {
+		if !n.Ignored && n.BackendDOMNodeID != 0 {
+			hits = append(hits, n)
+		}
+	}
+	what := role
+	if name != "" {
+		what += " " + strconv.Quote(name)
+	}
+	switch len(hits) {
+	case 0:
+		return nil, newErr(CodeNotFound, "take a snapshot to see the roles and names on the page", "no %s", what)
+	case 1:
+		return &Element{BackendNodeID: hits[0].BackendDOMNodeID, FrameID: f.id, Session: f.sess, frame: f}, nil
+	}
+	return nil, newErr(CodeAmbiguous, "add a name, or use a ref from a snapshot", "%d elements are %s", len(hits), what)
+}
+
+// IsStale reports whether err says a ref or element is stale.
+func IsStale(err error) bool { return CodeOf(err) == CodeStaleRef }

@@ -1,0 +1,141 @@
+package snapshot
+
+import (
+	"context"
+	"strconv"
+	"sync"
+)
+
+// Resolve resolves a ref of this snapshot: see Refs.Resolve.
+func (s *Snapshot) Resolve(ctx context.Context, ref string, currentRevision int64) (*Element, error) {
+	if s == nil {
+		return nil, staleRef(ref, "no snapshot was taken", nil)
+	}
+	e, ok := s.refs[ref]
+	if !ok {
+		if !validRef(ref) {
+			return nil, newErr(CodeInvalidArgument, `refs look like "e12"`, "malformed ref %q", ref)
+		}
+		return nil, staleRef(ref, "not in the latest snapshot", nil)
+	}
+	if e.rev != currentRevision {
+		return nil, staleRef(ref, "the page navigated since the snapshot (revision "+strconv.FormatInt(e.rev, 10)+" → "+strconv.FormatInt(currentRevision, 10)+")", nil)
+	}
+	el := &Element{Ref: ref, BackendNodeID: e.backend, FrameID: e.frame.id, Session: e.frame.sess, frame: e.frame}
+	if err := el.check(ctx); err != nil {
+		return nil, err
+	}
+	return el, nil
+}
+
+func validRef(ref string) bool {
+	ref = trimAt(ref)
+	if len(ref) < 2 || ref[0] != 'e' {
+		return false
+	}
+	_, err := strconv.Atoi(ref[1:])
+	return err == nil
+}
+
+func trimAt(ref string) string {
+	if len(ref) > 0 && ref[0] == '@' {
+		return ref[1:]
+	}
+	return ref
+}
+
+// Refs is the ref table of one page: only the refs of the latest stored
+// snapshot are valid (storing a snapshot drops the previous table, so the
+// table is bounded by MaxNodes). It is safe for concurrent use; the zero
+// value is ready.
+type Refs struct {
+	mu   sync.Mutex
+	snap *Snapshot
+}
+
+// Set makes s the latest snapshot.
+func (r *Refs) Set(s *Snapshot) {
+	r.mu.Lock()
+	r.snap = s
+	r.mu.Unlock()
+}
+
+// Clear drops the table (every ref becomes stale).
+func (r *Refs) Clear() { r.Set(nil) }
+
+// Latest is the latest stored snapshot (nil if none).
+func (r *Refs) Latest() *Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snap
+}
+
+// Take takes a snapshot of p (resolving Options.Ref against the current
+// table) and stores it.
+func (r *Refs) Take(ctx context.Context, p Page, o Options) (*Snapshot, error) {
+	if o.Ref != "" && o.Within == nil {
+		el, err := r.Resolve(ctx, o.Ref, o.Revision)
+		if err != nil {
+			return nil, err
+		}
+		o.Within = el
+	}
+	s, err := Take(ctx, p, o)
+	if err != nil {
+		return nil, err
+	}
+	r.Set(s)
+	return s, nil
+}
+
+// Resolve returns the element of ref ("e3" or "@e3") in the latest
+// snapshot. It fails with CodeStaleRef when the snapshot was taken at
+// another page revision, the ref is unknown, or the node is gone or
+// detached from its document (a re-rendered element is a new node: the old
+// ref never resolves to it).
+func (r *Refs) Resolve(ctx context.Context, ref string, currentRevision int64) (*Element, error) {
+	return r.Latest().Resolve(ctx, trimAt(ref), currentRevision)
+}
+
+// Snapshotter holds a Refs per page (keyed by target id). Call Forget when
+// a page closes.
+type Snapshotter struct {
+	mu    sync.Mutex
+	pages map[string]*Refs
+}
+
+// NewSnapshotter returns an empty Snapshotter.
+func NewSnapshotter() *Snapshotter { return &Snapshotter{pages: map[string]*Refs{}} }
+
+// Refs returns the table of p, creating it.
+func (s *Snapshotter) Refs(p Page) *Refs {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pages == nil {
+		s.pages = map[string]*Refs{}
+	}
+	k := pageKey(p)
+	r := s.pages[k]
+	if r == nil {
+		r = &Refs{}
+		s.pages[k] = r
+	}
+	return r
+}
+
+// Take snapshots p and makes it p's latest snapshot.
+func (s *Snapshotter) Take(ctx context.Context, p Page, o Options) (*Snapshot, error) {
+	return s.Refs(p).Take(ctx, p, o)
+}
+
+// Resolve resolves ref against p's latest snapshot.
+func (s *Snapshotter) Resolve(ctx context.Context, p Page, ref string, currentRevision int64) (*Element, error) {
+	return s.Refs(p).Resolve(ctx, ref, currentRevision)
+}
+
+// Forget drops p's table.
+func (s *Snapshotter) Forget(p Page) {
+	s.mu.Lock()
+	delete(s.pages, pageKey(p))
+	s.mu.Unlock()
+}
