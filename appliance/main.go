@@ -32,6 +32,7 @@ Usage:
   tabcast config print [config flags]
   tabcast users list|add|passwd|del ...   (local users: see tabcast users --help)
   tabcast tokens list|create|revoke ...    (API tokens: see tabcast tokens)
+  tabcast browser COMMAND ...             (drive a session as an agent: see tabcast browser --help)
   tabcast version
 `
 
@@ -55,6 +56,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdUsers(args[1:], stdout, stderr)
 	case "tokens":
 		return cmdTokens(args[1:], stdout, stderr)
+	case "browser":
+		return cmdBrowser(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "tabcast", version)
 		return 0

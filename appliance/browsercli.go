@@ -1,0 +1,431 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/config"
+)
+
+const browserUsage = `usage: tabcast browser COMMAND [ARGS] [--session ID] [--json] [--url URL] [--token-file F] [config flags]
+
+Drive a session as an agent, through the appliance's API (the same
+dispatcher as the people in the panel). Refs come from snapshot: @e3.
+
+  sessions                          list the sessions you may see
+  snapshot [-i] [-c] [--depth N] [--selector S] [--ref @eN] [--values]
+  click @eN | --selector S | --role R --name N     (also dblclick, hover, focus)
+  fill @eN TEXT        type [@eN] TEXT        press KEY   (e.g. Enter, Control+a)
+  check @eN | uncheck @eN               select @eN VALUE
+  scroll [--dx N] [--dy N] [@eN]        scrollintoview @eN
+  navigate URL | back | forward | reload
+  wait --text T | --selector S [--visible|--hidden] | --url U   [--timeout 10s]
+  get text|value|title|url|count|box [@eN|--selector S]   get attr NAME @eN
+  is visible|enabled|checked @eN
+  screenshot FILE [--format png|jpeg]
+  dialog accept|dismiss [--prompt TEXT]
+
+Exit codes: 0 ok, 1 other error, 2 usage, 3 not allowed (401/403),
+4 not found, 5 stale ref or conflict (409), 6 timed out, 7 busy or
+unavailable (429/503).
+`
+
+// Exit codes of tabcast browser, by error class.
+const (
+	exitOK = iota
+	exitError
+	exitUsage
+	exitAuth
+	exitNotFound
+	exitConflict
+	exitTimeout
+	exitUnavailable
+)
+
+type browserFlags struct {
+	session, url, tokenFile, selector, role, name, ref, format, prompt string
+	text, urlWait, timeout                                             string
+	asJSON, interactive, compact, values, visible, hidden              bool
+	depth                                                              int
+	dx, dy                                                             float64
+}
+
+// cmdBrowser is the agent CLI: one API call per invocation.
+func cmdBrowser(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stderr, browserUsage)
+		return exitUsage
+	}
+	cmd := strings.ToLower(args[0])
+	var f browserFlags
+	cfg, fs, err := loadBrowserConfig(args[1:], stderr, &f)
+	if err != nil {
+		fmt.Fprintln(stderr, "tabcast browser:", err)
+		return exitUsage
+	}
+	pos := fs.Args()
+	c, err := newAPIClient(cfg, f.url, f.tokenFile)
+	if err != nil {
+		fmt.Fprintln(stderr, "tabcast browser:", err)
+		return exitAuth
+	}
+	if cmd == "sessions" {
+		var out struct {
+			Sessions []struct{ ID, State, Title, URL, Owner string }
+		}
+		if code := c.call("GET", "/api/v1/sessions", nil, &out, stderr); code != exitOK {
+			return code
+		}
+		if f.asJSON {
+			_ = json.NewEncoder(stdout).Encode(out.Sessions)
+			return exitOK
+		}
+		for _, s := range out.Sessions {
+			fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", s.ID, s.State, s.Title, s.URL)
+		}
+		return exitOK
+	}
+	req, err := browserRequest(cmd, pos, &f)
+	if err != nil {
+		fmt.Fprintln(stderr, "tabcast browser:", err)
+		return exitUsage
+	}
+	if f.session == "" {
+		if f.session, err = c.firstSession(); err != nil {
+			fmt.Fprintln(stderr, "tabcast browser:", err)
+			return exitNotFound
+		}
+	}
+	var res struct {
+		OK             bool            `json:"ok"`
+		Summary        string          `json:"summary"`
+		ActionRevision uint64          `json:"actionRevision"`
+		PageRevision   uint64          `json:"pageRevision"`
+		Data           json.RawMessage `json:"data"`
+	}
+	var raw json.RawMessage
+	if code := c.call("POST", "/api/v1/sessions/"+url.PathEscape(f.session)+"/agent", req, &raw, stderr); code != exitOK {
+		return code
+	}
+	_ = json.Unmarshal(raw, &res)
+	if f.asJSON {
+		fmt.Fprintln(stdout, string(raw))
+	} else {
+		printBrowserResult(stdout, cmd, res.Summary, res.Data)
+	}
+	if cmd == "screenshot" {
+		var d struct{ Base64 string }
+		_ = json.Unmarshal(res.Data, &d)
+		b, err := base64.StdEncoding.DecodeString(d.Base64)
+		if err != nil || len(pos) == 0 {
+			fmt.Fprintln(stderr, "tabcast browser: screenshot: bad image data")
+			return exitError
+		}
+		if err := os.WriteFile(pos[0], b, 0o644); err != nil {
+			fmt.Fprintln(stderr, "tabcast browser:", err)
+			return exitError
+		}
+	}
+	if !res.OK { // a wait that ran out
+		return exitTimeout
+	}
+	return exitOK
+}
+
+func loadBrowserConfig(args []string, stderr io.Writer, f *browserFlags) (*config.Config, *pflag.FlagSet, error) {
+	fs := pflag.NewFlagSet("browser", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config.AddFlags(fs)
+	fs.StringVar(&f.session, "session", "", "session id (default: the first you may see)")
+	fs.StringVar(&f.url, "url", "", "appliance URL (default: from server.listen)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "API token file (default: auth.agentTokenFile)")
+	fs.BoolVar(&f.asJSON, "json", false, "print the raw JSON result")
+	fs.BoolVarP(&f.interactive, "interactive", "i", false, "snapshot: interactive elements only")
+	fs.BoolVarP(&f.compact, "compact", "c", false, "snapshot: drop unnamed wrappers")
+	fs.IntVar(&f.depth, "depth", 0, "snapshot: max depth")
+	fs.BoolVar(&f.values, "values", false, "snapshot: include form values (passwords never)")
+	fs.StringVar(&f.selector, "selector", "", "CSS selector target")
+	fs.StringVar(&f.role, "role", "", "ARIA role target")
+	fs.StringVar(&f.name, "name", "", "accessible name (with --role)")
+	fs.StringVar(&f.ref, "ref", "", "snapshot: scope to this ref")
+	fs.StringVar(&f.text, "text", "", "wait: text to appear")
+	fs.StringVar(&f.urlWait, "url-contains", "", "wait: URL substring")
+	fs.BoolVar(&f.visible, "visible", false, "wait: the selector's element is visible")
+	fs.BoolVar(&f.hidden, "hidden", false, "wait: no visible element matches the selector")
+	fs.StringVar(&f.timeout, "timeout", "", "how long the command may take, e.g. 10s")
+	fs.Float64Var(&f.dx, "dx", 0, "scroll: pixels right")
+	fs.Float64Var(&f.dy, "dy", 0, "scroll: pixels down")
+	fs.StringVar(&f.format, "format", "png", "screenshot: png or jpeg")
+	fs.StringVar(&f.prompt, "prompt", "", "dialog: text for a prompt()")
+	if err := fs.Parse(args); err != nil {
+		return nil, fs, err
+	}
+	file, _ := fs.GetString("config")
+	cfg, err := config.Load(config.Options{Defaults: defaultConfig, File: file, Environ: os.Environ(), Flags: fs})
+	return cfg, fs, err
+}
+
+// browserRequest builds the agent request of a command line.
+func browserRequest(cmd string, pos []string, f *browserFlags) (map[string]any, error) {
+	req := map[string]any{"command": cmd}
+	if f.timeout != "" {
+		d, err := time.ParseDuration(f.timeout)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("--timeout %q: want a duration like 10s", f.timeout)
+		}
+		req["timeoutMs"] = d.Milliseconds()
+	}
+	// A leading @eN (or eN) is the target ref.
+	if len(pos) > 0 && isRef(pos[0]) && cmd != "navigate" {
+		req["ref"] = strings.TrimPrefix(pos[0], "@")
+		pos = pos[1:]
+	}
+	set := func(k string, v any, ok bool) {
+		if ok {
+			req[k] = v
+		}
+	}
+	set("selector", f.selector, f.selector != "")
+	set("role", f.role, f.role != "")
+	set("name", f.name, f.name != "")
+	need := func(n int, what string) error {
+		if len(pos) < n {
+			return fmt.Errorf("%s needs %s", cmd, what)
+		}
+		return nil
+	}
+	switch cmd {
+	case "snapshot":
+		set("interactive", true, f.interactive)
+		set("compact", true, f.compact)
+		set("maxDepth", f.depth, f.depth > 0)
+		set("includeValues", true, f.values)
+		set("ref", strings.TrimPrefix(f.ref, "@"), f.ref != "")
+	case "click", "dblclick", "hover", "focus", "check", "uncheck", "scrollintoview":
+	case "fill", "type":
+		if err := need(1, "TEXT"); err != nil {
+			return nil, err
+		}
+		req["text"] = pos[0]
+	case "press":
+		if err := need(1, "KEY"); err != nil {
+			return nil, err
+		}
+		req["key"] = pos[0]
+	case "select":
+		if err := need(1, "VALUE"); err != nil {
+			return nil, err
+		}
+		req["value"] = pos[0]
+	case "scroll":
+		req["deltaX"], req["deltaY"] = f.dx, f.dy
+	case "navigate", "open", "goto":
+		if err := need(1, "URL"); err != nil {
+			return nil, err
+		}
+		req["command"], req["url"] = "navigate", pos[0]
+	case "back", "forward", "reload":
+	case "wait":
+		set("text", f.text, f.text != "")
+		set("url", f.urlWait, f.urlWait != "")
+		set("what", "visible", f.visible)
+		set("what", "hidden", f.hidden)
+	case "get", "is":
+		if err := need(1, "WHAT"); err != nil {
+			return nil, err
+		}
+		req["what"] = pos[0]
+		if pos[0] == "attr" {
+			if err := need(2, "an attribute name"); err != nil {
+				return nil, err
+			}
+			req["attr"] = pos[1]
+			pos = pos[1:]
+		}
+		if len(pos) > 1 && isRef(pos[1]) {
+			req["ref"] = strings.TrimPrefix(pos[1], "@")
+		}
+	case "screenshot":
+		if err := need(1, "FILE"); err != nil {
+			return nil, err
+		}
+		req["format"] = f.format
+	case "dialog":
+		if err := need(1, "accept or dismiss"); err != nil {
+			return nil, err
+		}
+		req["accept"] = pos[0] == "accept"
+		set("promptText", f.prompt, f.prompt != "")
+	default:
+		return nil, fmt.Errorf("unknown command %q (see tabcast browser --help)", cmd)
+	}
+	return req, nil
+}
+
+func isRef(s string) bool {
+	s = strings.TrimPrefix(s, "@")
+	if len(s) < 2 || s[0] != 'e' {
+		return false
+	}
+	for _, c := range s[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func printBrowserResult(w io.Writer, cmd, summary string, data json.RawMessage) {
+	switch cmd {
+	case "snapshot":
+		var d struct{ Text string }
+		_ = json.Unmarshal(data, &d)
+		fmt.Fprint(w, d.Text)
+		if !strings.HasSuffix(d.Text, "\n") {
+			fmt.Fprintln(w)
+		}
+		return
+	case "get", "is":
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(data, &m)
+		for _, v := range m {
+			var s string
+			if json.Unmarshal(v, &s) == nil {
+				fmt.Fprintln(w, s)
+			} else {
+				fmt.Fprintln(w, string(v))
+			}
+		}
+		return
+	case "screenshot":
+		fmt.Fprintln(w, summary)
+		return
+	}
+	if summary != "" {
+		fmt.Fprintln(w, summary)
+	}
+	if cmd == "wait" && len(data) > 0 {
+		fmt.Fprintln(w, string(data))
+	}
+}
+
+// apiClient calls the local appliance's API with a bearer token.
+type apiClient struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+func newAPIClient(cfg *config.Config, base, tokenFile string) (*apiClient, error) {
+	if tokenFile == "" {
+		tokenFile = agentTokenFile(cfg)
+	}
+	tok, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the token (%s): %w; run as the appliance's user or pass --token-file", tokenFile, err)
+	}
+	c := &apiClient{token: strings.TrimSpace(string(tok)), hc: &http.Client{Timeout: 3 * time.Minute}}
+	scheme := "http"
+	if tlsWanted(cfg) {
+		scheme = "https"
+	}
+	if base == "" {
+		host, port, _ := net.SplitHostPort(cfg.Server.Listen)
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		base = scheme + "://" + net.JoinHostPort(host, port)
+	}
+	c.base = strings.TrimRight(base, "/")
+	if strings.HasPrefix(c.base, "https://") && cfg.Server.CertFile == "" {
+		// Trust exactly the appliance's own generated certificate.
+		if pemBytes, err := os.ReadFile(filepath.Join(cfg.Server.DataDir, "tls-cert.pem")); err == nil {
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(pemBytes)
+			c.hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+		}
+	}
+	return c, nil
+}
+
+func (c *apiClient) firstSession() (string, error) {
+	var out struct{ Sessions []struct{ ID, State string } }
+	if code := c.call("GET", "/api/v1/sessions", nil, &out, io.Discard); code != exitOK {
+		return "", errors.New("cannot list sessions")
+	}
+	for _, s := range out.Sessions {
+		if s.State == "ready" {
+			return s.ID, nil
+		}
+	}
+	return "", errors.New("no ready session; create one in the panel or pass --session")
+}
+
+// call returns an exit code; on failure it prints the API's error.
+func (c *apiClient) call(method, path string, body any, out any, stderr io.Writer) int {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	if err != nil {
+		fmt.Fprintln(stderr, "tabcast browser:", err)
+		return exitUsage
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		fmt.Fprintln(stderr, "tabcast browser: the appliance does not answer:", err)
+		return exitUnavailable
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if resp.StatusCode/100 == 2 {
+		if out != nil {
+			if err := json.Unmarshal(b, out); err != nil {
+				fmt.Fprintln(stderr, "tabcast browser: bad answer:", err)
+				return exitError
+			}
+		}
+		return exitOK
+	}
+	var e struct {
+		Error struct{ Code, Message, Hint string }
+	}
+	_ = json.Unmarshal(b, &e)
+	fmt.Fprintf(stderr, "%s: %s\n", e.Error.Code, e.Error.Message)
+	if e.Error.Hint != "" {
+		fmt.Fprintln(stderr, "hint:", e.Error.Hint)
+	}
+	switch resp.StatusCode {
+	case 401, 403:
+		return exitAuth
+	case 404:
+		return exitNotFound
+	case 409:
+		return exitConflict
+	case 504:
+		return exitTimeout
+	case 429, 503:
+		return exitUnavailable
+	case 422:
+		return exitUsage
+	}
+	return exitError
+}
