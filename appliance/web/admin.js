@@ -61,6 +61,29 @@ function badge(text, state) {
   return b;
 }
 
+// extras lists the fields of a plugin status the table has no column for
+// (the status grows; whatever is there is shown).
+const SHOWN = new Set(["name", "kind", "state", "restarts", "generation", "version", "pid", "since", "lasterror", "info"]);
+function extras(p) {
+  const out = [];
+  for (const [k, v] of Object.entries(p || {})) {
+    if (SHOWN.has(k.toLowerCase()) || v === null || v === "" || (typeof v === "object" && !Array.isArray(v))) continue;
+    out.push(`${k}: ${show(v)}`);
+  }
+  const info = pick(p, "info");
+  if (info && typeof info === "object") {
+    for (const [k, v] of Object.entries(info)) {
+      if (["name", "kind", "version"].includes(k.toLowerCase()) || v === null || v === "") continue;
+      if (v && typeof v === "object" && !Array.isArray(v)) {
+        for (const [ck, cv] of Object.entries(v)) out.push(`${ck}: ${show(cv)}`);
+      } else {
+        out.push(`${k}: ${show(v)}`);
+      }
+    }
+  }
+  return out.join("; ");
+}
+
 // ---- health ----
 
 async function loadStatus() {
@@ -80,7 +103,7 @@ async function loadStatus() {
       const info = pick(p, "info") || {};
       const version = pick(p, "version") ?? pick(info, "version");
       const err = pick(p, "lastError");
-      return row([name, pick(p, "kind") ?? pick(info, "kind"), badge(state, state), pick(p, "restarts"), pick(p, "generation"), version, pick(p, "pid"), when(pick(p, "since")), err],
+      return row([name, pick(p, "kind") ?? pick(info, "kind"), badge(state, state), pick(p, "restarts"), pick(p, "generation"), version, pick(p, "pid"), when(pick(p, "since")), err, extras(p)],
         { testid: "plugin-row", name, state });
     }));
     const probes = pick(st, "encoderProbes") || [];

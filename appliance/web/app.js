@@ -293,6 +293,9 @@ function connect(gen) {
     setState(s);
     clearTimeout(c.disconnectTimer);
     if (s === "connected") {
+      // The counts changed with this viewer: show them soon.
+      clearTimeout(snapshotTimer);
+      snapshotTimer = setTimeout(pollSnapshot, 800);
       attempt = 0;
       tabcast.attempt = 0;
       setStatus(`Streaming ${tabcast.codec ?? ""}`.trim());
@@ -370,6 +373,16 @@ function connect(gen) {
       case "state":
         // The server's view of the peer; ours is shown from the RTCPeerConnection.
         break;
+      case "snapshot": {
+        // A server that pushes the session snapshot saves waiting for the poll.
+        const s = msg.session;
+        if (s && s.id === tabcast.session) {
+          if (s.title) ui.title.textContent = s.title;
+          if (s.url) ui.url.textContent = s.url;
+          showSnapshot(s);
+        }
+        break;
+      }
       case "pong":
         clearTimeout(c.pongTimer);
         c.pongTimer = null;

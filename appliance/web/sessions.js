@@ -82,7 +82,7 @@ function makeCard(s) {
   const href = sessionHref(s.id);
   const img = el("img", { testid: "card-thumb", alt: "", decoding: "async" });
   img.hidden = true;
-  const note = el("span", { class: "thumb-note", testid: "card-thumb-note", text: "No picture yet" });
+  const note = el("span", { class: "thumb-note", testid: "card-thumb-note", text: "Loading picture…" });
   const badge = el("span", { class: "state-badge", testid: "card-state" });
   const thumb = el("a", { class: "thumb", href, testid: "card-open", "aria-label": "Open session" }, img, note, badge);
   const title = el("a", { class: "card-title", href, testid: "card-title" });
@@ -213,6 +213,7 @@ function render(sessions) {
 async function refreshList() {
   clearTimeout(listTimer);
   try {
+    if (document.hidden && cards.size) return; // the visibilitychange refreshes
     const out = await api("GET", "/api/v1/sessions");
     render(Array.isArray(out.sessions) ? out.sessions : []);
     ui.error.textContent = "";
@@ -233,22 +234,35 @@ async function refreshThumb(c) {
     if (cards.get(c.id) !== c) return;
     if (c.objectURL && modified && modified === c.modified && blob.size === c.size) return; // the same picture
     const url = URL.createObjectURL(blob);
+    // Decode off screen first, so the visible picture never blanks while
+    // the next one loads.
+    const next = new Image();
+    next.src = url;
+    try {
+      await next.decode();
+    } catch {
+      URL.revokeObjectURL(url);
+      return;
+    }
+    if (cards.get(c.id) !== c) {
+      URL.revokeObjectURL(url);
+      return;
+    }
     const old = c.objectURL;
     c.objectURL = url;
     c.modified = modified;
     c.size = blob.size;
-    c.img.onload = () => {
-      if (old) URL.revokeObjectURL(old);
-      c.updates++;
-      c.card.dataset.thumb = "loaded";
-      c.card.dataset.thumbUpdates = String(c.updates);
-      c.img.hidden = false;
-      c.note.hidden = true;
-    };
     c.img.src = url;
+    if (old) URL.revokeObjectURL(old);
+    c.updates++;
+    c.card.dataset.thumb = "loaded";
+    c.card.dataset.thumbUpdates = String(c.updates);
+    c.img.hidden = false;
+    c.note.hidden = true;
   } catch (err) {
     if (err.status === 404 && !c.objectURL) {
-      c.note.textContent = c.s.state === "ready" ? "No picture yet" : c.s.state;
+      // A session captures only while someone watches it.
+      c.note.textContent = c.s.state === "ready" ? "No picture yet: open the session to start its stream" : c.s.state;
       c.note.hidden = false;
     }
   } finally {

@@ -106,6 +106,8 @@ func (s *Session) onDialogClosed() {
 // session, fenced by the dispatcher.
 type Producer struct {
 	s     *Session
+	kind  string
+	owner string
 	grant dispatch.Producer
 	sub   uint64
 	once  sync.Once
@@ -120,9 +122,12 @@ func (s *Session) OpenProducer(kind, owner string, onState func(StateEvent)) (*P
 	if st != StateReady {
 		return nil, fmt.Errorf("%w: %s", ErrNotReady, st)
 	}
-	p := &Producer{s: s, grant: s.disp.Grant(kind, owner)}
+	p := &Producer{s: s, grant: s.disp.Grant(kind, owner), kind: kind, owner: owner}
 	if onState != nil {
 		p.sub = s.hub.subscribe(onState)
+	}
+	if kind == dispatch.KindHuman {
+		s.ho.panelOpened(owner)
 	}
 	return p, nil
 }
@@ -147,6 +152,9 @@ func (p *Producer) Close() {
 		p.s.disp.End(p.grant.ID)
 		if p.sub != 0 {
 			p.s.hub.unsubscribe(p.sub)
+		}
+		if p.kind == dispatch.KindHuman {
+			p.s.ho.panelClosed(p.owner)
 		}
 	})
 }

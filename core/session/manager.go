@@ -81,6 +81,9 @@ type CreateOptions struct {
 	// KeepIdle exempts the session from idle reclaim: the appliance's
 	// default session stays open for whoever opens the panel next.
 	KeepIdle bool
+	// Control is the control policy: ControlShared (default) or
+	// ControlExclusive.
+	Control string
 	// Owner is the user the session belongs to (core/access decides what
 	// that allows); "" for an appliance without users.
 	Owner string
@@ -272,6 +275,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		created: time.Now(), ctx: sctx, cancel: cancel, state: StateStarting, url: o.URL,
 		pipes: map[string]*pipeline{}, owner: o.Owner,
 	}
+	s.ho.init(o.Control)
 	m.mu.Lock()
 	if m.ctx.Err() != nil { // shutting down: Shutdown will not see this session
 		m.mu.Unlock()

@@ -84,9 +84,10 @@ type Session struct {
 	viewers       int
 	captureCancel context.CancelFunc
 	captureDone   chan struct{}
-	downloads     string // this session's download dir; removed at close
-	owner         string // fixed at Create
-	snapKey       string // what Snapshot last showed, for Revision
+	downloads     string  // this session's download dir; removed at close
+	owner         string  // fixed at Create
+	ho            handoff // control policy, holder, requests for a person
+	snapKey       string  // what Snapshot last showed, for Revision
 	snapRev       uint64
 	invited       []string // users invited to watch, sorted
 
@@ -418,6 +419,8 @@ type Snapshot struct {
 	CaptureError   string          `json:"captureError,omitempty"`
 	Pipelines      []PipelineStats `json:"pipelines"`
 	Owner          string          `json:"owner,omitempty"`
+	Control        Control         `json:"control"`
+	HumanRequests  []HumanRequest  `json:"humanRequests"`
 	// Revision grows whenever the state, page or audience changes.
 	Revision uint64   `json:"revision"`
 	Invited  []string `json:"invited"`
@@ -442,8 +445,12 @@ func (s *Session) Snapshot() Snapshot {
 	}
 	// The revision moves whenever what a person sees of the session moves
 	// (not its counters), so panels can tell a new snapshot from a repeat.
+	snap.Control, snap.HumanRequests = s.Control(), s.HumanRequests()
 	key := fmt.Sprint(snap.State, snap.TerminalReason, snap.URL, snap.Title, snap.Width, snap.Height,
-		snap.Viewers, snap.Producers, snap.PageRevision, snap.CaptureError, snap.Invited)
+		snap.Viewers, snap.Producers, snap.PageRevision, snap.CaptureError, snap.Invited, snap.Control, len(snap.HumanRequests))
+	for _, r := range snap.HumanRequests {
+		key += r.ID
+	}
 	if key != s.snapKey {
 		s.snapKey = key
 		s.snapRev++
