@@ -156,7 +156,53 @@ function showSnapshot(s) {
   ui.viewers.dataset.viewers = String(v);
   ui.viewers.dataset.producers = String(p);
   ui.viewers.hidden = false;
+  showHandoff(s);
 }
+
+// Hand-off: an agent's request for a person (banner + Done), and the take /
+// release button of a session with exclusive control.
+const handoffUI = {
+  banner: $("human-banner"), reason: $("human-reason"), done: $("human-done"), control: $("take-control"),
+};
+let pendingHuman = null;
+let controlHeld = false;
+
+function showHandoff(s) {
+  const reqs = Array.isArray(s.humanRequests) ? s.humanRequests : [];
+  pendingHuman = reqs.length ? reqs[0] : null;
+  handoffUI.banner.hidden = !pendingHuman;
+  if (pendingHuman) handoffUI.reason.textContent = pendingHuman.reason; // text, never HTML
+  const ctl = s.control || {};
+  handoffUI.control.hidden = ctl.policy !== "exclusive";
+  controlHeld = !!ctl.holder;
+  handoffUI.control.textContent = controlHeld ? `Release control (${ctl.holder})` : "Take control";
+  handoffUI.control.dataset.holder = ctl.holder || "";
+  tabcast.snapshot.control = { policy: ctl.policy || "shared", holder: ctl.holder || "" };
+  tabcast.snapshot.humanRequests = reqs.map((r) => ({ id: r.id, reason: r.reason }));
+}
+
+handoffUI.done.addEventListener("click", async () => {
+  if (!pendingHuman || !tabcast.session) return;
+  handoffUI.done.disabled = true;
+  try {
+    await api("POST", `/api/v1/sessions/${encodeURIComponent(tabcast.session)}/human/${encodeURIComponent(pendingHuman.id)}/done`);
+    handoffUI.banner.hidden = true;
+  } catch (err) {
+    setStatus(String(err.message || err), true);
+  } finally {
+    handoffUI.done.disabled = false;
+  }
+});
+
+handoffUI.control.addEventListener("click", async () => {
+  if (!tabcast.session) return;
+  try {
+    const out = await api("POST", `/api/v1/sessions/${encodeURIComponent(tabcast.session)}/control`, { action: controlHeld ? "release" : "take" });
+    if (out.session) showSnapshot(out.session);
+  } catch (err) {
+    setStatus(String(err.message || err), true);
+  }
+});
 
 // The snapshot poll keeps title, URL, state and the viewer counts fresh
 // while the stream plays (the stream itself carries none of them).

@@ -227,9 +227,12 @@ func (d *driver) do(ctx context.Context, r Request) (*Result, error) {
 			return &dup, nil
 		}
 	}
-	timeout := defaultTimeout
+	timeout, limit := defaultTimeout, maxTimeout
+	if r.Command == "request_human" {
+		timeout, limit = defaultHumanWait, maxHumanWait
+	}
 	if r.TimeoutMs > 0 {
-		timeout = min(time.Duration(r.TimeoutMs)*time.Millisecond, maxTimeout)
+		timeout = min(time.Duration(r.TimeoutMs)*time.Millisecond, limit)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -259,11 +262,35 @@ func (d *driver) remember(id string, r *Result) {
 const (
 	defaultTimeout = 15 * time.Second
 	maxTimeout     = 2 * time.Minute
+	// A person may need a while (a login, a captcha).
+	defaultHumanWait = 5 * time.Minute
+	maxHumanWait     = 30 * time.Minute
 )
 
 // submit sends one action through the dispatcher and waits for its end.
-// It returns the action's revision in the session's order.
+// It returns the action's revision in the session's order. An agent is
+// charged like a person; over its budget it waits for tokens (the refusal
+// came before acceptance, so the same seq is sent again) rather than fail
+// halfway through a command.
 func (d *driver) submit(ctx context.Context, a action.Action) (uint64, *action.Result, error) {
+	for {
+		rev, res, err := d.submitOnce(ctx, a)
+		var ae *action.Error
+		if err == nil || rev != 0 || !errors.As(err, &ae) || (ae.Code != action.CodeRateLimited && ae.Code != action.CodeQueueFull) {
+			return rev, res, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, nil, err
+		case <-time.After(budgetWait):
+		}
+	}
+}
+
+// budgetWait is about one token of the dispatcher's default refill (8/s).
+const budgetWait = 125 * time.Millisecond
+
+func (d *driver) submitOnce(ctx context.Context, a action.Action) (uint64, *action.Result, error) {
 	a.PageRevision = d.p.PageRevision()
 	d.nextID++
 	id := "agent-" + strconv.FormatUint(d.nextID, 10)

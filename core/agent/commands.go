@@ -61,6 +61,9 @@ type Request struct {
 
 	// screenshot: png (default) or jpeg
 	Format string `json:"format,omitempty"`
+
+	// request_human: what the person should do (shown in the panel).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Result of a command. Data depends on the command.
@@ -86,8 +89,11 @@ const maxScreenshotBytes = 8 << 20
 var Commands = []string{
 	"snapshot", "click", "dblclick", "hover", "focus", "fill", "type", "press", "check", "uncheck",
 	"select", "scroll", "scrollintoview", "navigate", "back", "forward", "reload", "wait", "get", "is",
-	"screenshot", "dialog",
+	"screenshot", "dialog", "request_human",
 }
+
+// reads never touch the page, so a person holding control does not stop them.
+var reads = map[string]bool{"snapshot": true, "wait": true, "get": true, "is": true, "screenshot": true, "request_human": true}
 
 func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 	pg := d.s.Page()
@@ -95,7 +101,14 @@ func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 		return nil, errorf(CodeNotReady, true, "", "the session has no page yet")
 	}
 	res := &Result{OK: true}
+	if !reads[strings.ToLower(r.Command)] {
+		if err := d.s.AgentMayAct(); err != nil {
+			return nil, errorf(CodeHumanInControl, true, "a person has taken control of this session; wait and retry, or use request_human", "a person holds control")
+		}
+	}
 	switch strings.ToLower(r.Command) {
+	case "request_human":
+		return d.requestHuman(ctx, r)
 	case "snapshot":
 		return d.snapshot(ctx, r)
 	case "click", "dblclick":
@@ -257,6 +270,24 @@ func (d *driver) settle(ctx context.Context, before uint64) string {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return "still loading"
+}
+
+// requestHuman shows the reason in the panel and waits until a person marks
+// it done; running out of time is a result (done: false), not an error.
+func (d *driver) requestHuman(ctx context.Context, r Request) (*Result, error) {
+	reason := strings.TrimSpace(r.Reason)
+	if reason == "" || len(reason) > 500 {
+		return nil, errorf(action.CodeInvalidArgument, false, "", "reason: 1..500 characters saying what the person should do")
+	}
+	out, err := d.s.RequestHuman(ctx, d.user, reason)
+	if err != nil {
+		return nil, errorf(CodeNotReady, false, "", "the session ended while waiting for a person")
+	}
+	res := &Result{OK: out.Done, Data: out, Summary: "a person marked it done"}
+	if !out.Done {
+		res.Summary = "no person answered in time"
+	}
+	return res, nil
 }
 
 func (d *driver) snapshot(ctx context.Context, r Request) (*Result, error) {

@@ -80,11 +80,25 @@ func (d *Dispatcher) nextLocked() (job, bool) {
 		d.sys = d.sys[1:]
 		return job{rel: r, closing: d.closed, closeBy: d.closeBy}, true
 	}
+	// A pointer gesture (a button held down) belongs to its producer: the
+	// others' pointer actions wait until it lets go, so nobody's click or
+	// drag is split by another's pointer (the page has one mouse). Their
+	// keys and other actions go on. The held-input watchdog bounds the wait.
+	var gesture *producer
+	for _, p := range d.ring {
+		if p.gen != nil && len(p.gen.held.buttons) > 0 {
+			gesture = p
+			break
+		}
+	}
 	n := len(d.ring)
 	for i := range n {
 		idx := (d.rr + i) % n
 		p := d.ring[idx]
 		if len(p.queue) == 0 {
+			continue
+		}
+		if gesture != nil && p != gesture && isPointer(p.queue[0].env.Action.Kind) {
 			continue
 		}
 		it := p.queue[0]
@@ -99,6 +113,14 @@ func (d *Dispatcher) nextLocked() (job, bool) {
 		return job{it: it}, true
 	}
 	return job{}, false
+}
+
+func isPointer(k action.Kind) bool {
+	switch k {
+	case action.PointerMove, action.PointerDown, action.PointerUp, action.Wheel:
+		return true
+	}
+	return false
 }
 
 func (d *Dispatcher) runItem(it *item) {

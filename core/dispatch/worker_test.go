@@ -458,3 +458,39 @@ func TestConcurrentProducers(t *testing.T) {
 		t.Fatalf("after close: %+v", st)
 	}
 }
+
+// TestPointerGestureIsOneProducers: while one producer holds a mouse
+// button, another's pointer actions wait (its keys do not), so a click or
+// a drag is never split by someone else's pointer.
+func TestPointerGestureIsOneProducers(t *testing.T) {
+	h := newHarness(t, Config{})
+	person := h.d.Grant(KindHuman, "alice")
+	bot := h.d.Grant(KindAgent, "bot")
+	unblock := h.ex.blockOn("https://slow.test/")
+	h.ctl(bot, 1, "slow", nav("https://slow.test/"))
+	h.waitStarted("https://slow.test/")
+	// Queued while the worker is busy: the person's press, the bot's whole
+	// click and a key, then the person's release.
+	down := action.Action{Kind: action.PointerDown, X: 0.1, Y: 0.1, Button: "left", ClickCount: 1}
+	up := action.Action{Kind: action.PointerUp, X: 0.1, Y: 0.1, Button: "left", ClickCount: 1}
+	bdown, bup := down, up
+	bdown.X, bup.X = 0.9, 0.9
+	h.ctl(person, 1, "p-down", down)
+	h.ctl(bot, 2, "b-down", bdown)
+	h.ctl(bot, 3, "b-up", bup)
+	h.ctl(bot, 4, "b-key", keyDown("KeyB"))
+	h.ctl(person, 2, "p-up", up)
+	unblock()
+	h.idle()
+	var order []string
+	for _, c := range h.ex.snapshot()[1:] {
+		who := map[string]string{person.ID: "p", bot.ID: "b"}[c.producer]
+		order = append(order, who+":"+string(c.a.Kind))
+	}
+	got := strings.Join(order, " ")
+	// The bot's pointer waits for the person's release (and its key, queued
+	// behind its pointer, follows in its own order).
+	if got != "p:pointer_down p:pointer_up b:pointer_down b:pointer_up b:key_down" {
+		t.Fatalf("order %s: the bot's pointer ran inside the person's click", got)
+	}
+}

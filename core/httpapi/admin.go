@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"mime"
 	"net/http"
 	"regexp"
@@ -8,7 +9,9 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/access"
+	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/audit"
+	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/signaling"
 )
 
@@ -143,6 +146,55 @@ func (a *api) uninvite(w http.ResponseWriter, r *http.Request) {
 	s.Uninvite(user)
 	a.audit(r, audit.Record{Action: "session.uninvite", Session: audit.HashSession(s.ID()), Outcome: audit.OK, Detail: "viewer " + user})
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+}
+
+type controlRequest struct {
+	Action string `json:"action"` // take | release
+}
+
+// control takes or releases a person's exclusive control of a session.
+func (a *api) control(w http.ResponseWriter, r *http.Request) {
+	s, ok := a.operable(w, r)
+	if !ok {
+		return
+	}
+	var req controlRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	p := principal(r)
+	switch req.Action {
+	case "take":
+		if err := s.TakeControl(p.User); err != nil {
+			if errors.Is(err, session.ErrHumanInControl) {
+				writeError(w, http.StatusConflict, APIError{Code: agent.CodeHumanInControl, Message: "another person holds control", Recoverable: true})
+				return
+			}
+			writeError(w, http.StatusConflict, APIError{Code: CodeConflict, Message: "this session's control policy is shared: everyone acts at once", Hint: "create the session with \"control\": \"exclusive\""})
+			return
+		}
+	case "release":
+		s.ReleaseControl(p.User, p.Role == access.RoleAdmin)
+	default:
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "action: take or release"})
+		return
+	}
+	a.audit(r, audit.Record{Action: "session.control." + req.Action, Session: audit.HashSession(s.ID()), Outcome: audit.OK})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+}
+
+// humanDone marks an agent's request for a person done.
+func (a *api) humanDone(w http.ResponseWriter, r *http.Request) {
+	s, ok := a.operable(w, r)
+	if !ok {
+		return
+	}
+	if !s.HumanDone(r.PathValue("rid"), principal(r).User) {
+		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such request (already answered or given up)"})
+		return
+	}
+	a.audit(r, audit.Record{Action: "session.human_done", Session: audit.HashSession(s.ID()), Outcome: audit.OK})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
 
 // thumbnail serves the session's newest picture as a JPEG still.

@@ -21,6 +21,7 @@ const (
 	CodeTooLarge           = "too_large"
 	CodeTimeout            = "timeout"
 	CodeInternal           = "internal"
+	CodeConflict           = "conflict"
 )
 
 // APIError is the body of every failed API call.

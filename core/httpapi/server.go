@@ -76,6 +76,8 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /api/v1/sessions/{id}/downloads", a.downloads)
 	mux.HandleFunc("GET /api/v1/sessions/{id}/downloads/{name}", a.download)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/agent", a.agentCommand)
+	mux.HandleFunc("POST /api/v1/sessions/{id}/control", a.control)
+	mux.HandleFunc("POST /api/v1/sessions/{id}/human/{rid}/done", a.humanDone)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/invites", a.invite)
 	mux.HandleFunc("DELETE /api/v1/sessions/{id}/invites/{user}", a.uninvite)
 	if o.Signal != nil {
@@ -197,6 +199,8 @@ type createRequest struct {
 	URL    string `json:"url"`
 	Width  int    `json:"width"`
 	Height int    `json:"height"`
+	// Control: shared (default) or exclusive.
+	Control string `json:"control"`
 }
 
 func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
@@ -213,6 +217,10 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.Control != "" && req.Control != session.ControlShared && req.Control != session.ControlExclusive {
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "control: shared or exclusive"})
+		return
+	}
 	if (req.Width != 0 && (req.Width < 320 || req.Width > 3840)) || (req.Height != 0 && (req.Height < 240 || req.Height > 2160)) {
 		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "width must be 320..3840 and height 240..2160"})
 		return
@@ -225,7 +233,7 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height, Owner: principal(r).User})
+	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height, Owner: principal(r).User, Control: req.Control})
 	if err != nil {
 		_, e := fromError(err)
 		a.audit(r, audit.Record{Action: "session.create", Outcome: audit.Failed, Code: e.Code})
