@@ -33,6 +33,7 @@ Usage:
   tabcast users list|add|passwd|del ...   (local users: see tabcast users --help)
   tabcast tokens list|create|revoke ...    (API tokens: see tabcast tokens)
   tabcast browser COMMAND ...             (drive a session as an agent: see tabcast browser --help)
+  tabcast mcp [--url URL] [--token-file F] (the agent tools as an MCP server on stdio)
   tabcast version
 `
 
@@ -58,6 +59,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdTokens(args[1:], stdout, stderr)
 	case "browser":
 		return cmdBrowser(args[1:], stdout, stderr)
+	case "mcp":
+		return cmdMCP(args[1:], os.Stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "tabcast", version)
 		return 0

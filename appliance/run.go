@@ -115,6 +115,7 @@ type appliance struct {
 	codecs   []string
 	gate     *gate
 	agents   *agent.Service
+	relay    *supervisor.Handle // nil without turn.enabled
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -191,7 +192,16 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		return fmt.Errorf("start chromium: %w", err)
 	}
 
-	a.peers, err = peer.NewFactory(peer.Config{UDPPort: cfg.WebRTC.UDPPort, Interfaces: cfg.WebRTC.Interfaces, Logger: log.With("component", "peer")})
+	if cfg.Turn.Enabled {
+		if a.relay, err = startRelay(ctx, a.sup, cfg, dir); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	a.peers, err = peer.NewFactory(peer.Config{
+		UDPPort: cfg.WebRTC.UDPPort, TCP: cfg.WebRTC.TCP, Interfaces: cfg.WebRTC.Interfaces,
+		Advertise: cfg.WebRTC.Advertise, RelayOnly: cfg.WebRTC.RelayOnly, Logger: log.With("component", "peer"),
+	})
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("webrtc: %w", err)
@@ -210,7 +220,11 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		Logger: log.With("component", "session"),
 	}, a.browser, a.capture, a.encoder, a.codecs)
 	a.agents = agent.NewService(log.With("component", "agent"))
-	a.signal = signaling.NewHandler(signaling.Options{Sessions: sessionsAdapter{a.sessions}, Peers: a.peers, Logger: log.With("component", "signaling")})
+	sopts := signaling.Options{Sessions: sessionsAdapter{a.sessions}, Peers: a.peers, RelayOnly: cfg.WebRTC.RelayOnly, Logger: log.With("component", "signaling")}
+	if a.relay != nil {
+		sopts.ICEServers = iceServers(a.relay, cfg.Turn.CredentialTTL)
+	}
+	a.signal = signaling.NewHandler(sopts)
 
 	srv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
@@ -307,8 +321,10 @@ func (a *appliance) pluginFacts(ctx context.Context) ([]string, []encoder.Probe,
 // not make the appliance unready: the next session relaunches it.
 func (a *appliance) ready() error {
 	hs := []*supervisor.Handle{a.capture, a.encoder}
-	if a.gate.plugin != nil {
-		hs = append(hs, a.gate.plugin)
+	for _, h := range []*supervisor.Handle{a.gate.plugin, a.relay} {
+		if h != nil {
+			hs = append(hs, h)
+		}
 	}
 	for _, h := range hs {
 		if st := h.Status(); st.State != "running" {

@@ -32,6 +32,7 @@ type Config struct {
 	Sessions Sessions `koanf:"sessions"`
 	Video    Video    `koanf:"video"`
 	WebRTC   WebRTC   `koanf:"webrtc"`
+	Turn     Turn     `koanf:"turn"`
 	Input    Input    `koanf:"input"`
 	Plugins  Plugins  `koanf:"plugins"`
 }
@@ -114,7 +115,17 @@ type Video struct {
 // WebRTC is the media transport.
 type WebRTC struct {
 	UDPPort    int      `koanf:"udpPort"` // 0 = ephemeral
+	TCP        bool     `koanf:"tcp"`     // ICE-TCP on udpPort's number
 	Interfaces []string `koanf:"interfaces"`
+	Advertise  []string `koanf:"advertise"`
+	RelayOnly  bool     `koanf:"relayOnly"`
+}
+
+// Turn is the embedded TURN relay (the turnd plugin).
+type Turn struct {
+	Enabled       bool          `koanf:"enabled"`
+	Plugin        string        `koanf:"plugin"`
+	CredentialTTL time.Duration `koanf:"credentialTTL"`
 }
 
 // Plugins is plugin discovery, supervision and per-plugin config.

@@ -50,7 +50,8 @@ func wantDefaults() *Config {
 			KeyframeInterval: 2 * time.Second,
 			Hardware:         "auto",
 		},
-		WebRTC: WebRTC{UDPPort: 0, Interfaces: []string{}},
+		WebRTC: WebRTC{UDPPort: 8443, TCP: true, Interfaces: []string{}, Advertise: []string{}},
+		Turn:   Turn{Enabled: true, Plugin: "turnd", CredentialTTL: 10 * time.Minute},
 		Input: Input{
 			BlockedShortcuts: []string{"Ctrl+O", "Ctrl+S", "Ctrl+P", "Ctrl+Shift+I", "F12"},
 			AllowRightClick:  true, AllowSchemes: []string{"http", "https"},
@@ -71,6 +72,8 @@ func wantDefaults() *Config {
 				"encoder-ffmpeg": {"hardware": "auto", "threads": 1, "h264Preset": "ultrafast"},
 				"auth-local": {"usersFile": "/etc/tabcast/users.yaml", "initialPasswordFile": "/etc/tabcast/initial-admin-password",
 					"maxFailures": 5, "lockoutBase": "1s"},
+				"turnd": {"listenUDP": ":3478", "listenTCP": ":3478", "listenTLS": "", "secretFile": "/var/lib/tabcast/turn-secret",
+					"maxAllocationsPerUser": 5, "maxAllocations": 100},
 			},
 		},
 	}
@@ -241,7 +244,7 @@ func TestFileErrors(t *testing.T) {
 		{"sha256 type", "plugins:\n  sha256:\n    capture-cdp: 5\n", []string{`config: plugins.sha256.capture-cdp: wrong type: want string, got 5`}},
 		{"plugin subtree type", "plugins:\n  config:\n    capture-cdp: 5\n", []string{`config: plugins.config.capture-cdp: wrong type: want mapping, got 5`}},
 		{"plugin subtree name", "plugins:\n  config:\n    Capture_CDP: {quality: 1}\n", []string{`config: plugins.config.Capture_CDP: invalid plugin name`}},
-		{"plugin keys differing in case", "plugins:\n  config:\n    turnd:\n      realm: a\n      Realm: b\n", []string{`config: plugins.config.turnd.realm: same key as Realm (plugins match key names case-insensitively)`}},
+		{"plugin keys differing in case", "plugins:\n  config:\n    relayx:\n      realm: a\n      Realm: b\n", []string{`config: plugins.config.relayx.realm: same key as Realm (plugins match key names case-insensitively)`}},
 		{"plugin subtree not JSON", "plugins:\n  config:\n    capture-cdp: {quality: .inf}\n", []string{`config: plugins.config.capture-cdp: cannot be passed to the plugin as JSON`}},
 		{"all errors reported", "video:\n  fps: 0\n  codec: av1\n  fsp: 1\nbrowser:\n  width: 1\n", []string{
 			"video.fps: out of range", "video.codec: invalid value", "video.fsp: unknown key", "browser.width: out of range",
@@ -438,18 +441,18 @@ func TestFileProblems(t *testing.T) {
 }
 
 func TestPluginSubtrees(t *testing.T) {
-	file := "plugins:\n  config:\n    capture-cdp:\n      Quality: 70\n    turnd:\n      realm: lab\n      nested: {a: [1, two]}\n"
+	file := "plugins:\n  config:\n    capture-cdp:\n      Quality: 70\n    relayx:\n      realm: lab\n      nested: {a: [1, two]}\n"
 	cfg, err := setup{
 		file: str(file),
 		env: []string{
-			"TABCAST_PLUGINS__CONFIG__CAPTURE_CDP__EVERYNTHFRAME=2",  // existing spelling reused
-			"TABCAST_PLUGINS__CONFIG__ENCODER-FFMPEG__VP8CPUUSED=-6", // new key: lower-cased
-			"TABCAST_PLUGINS__CONFIG__TURND__ENABLED=true",           // bool inferred
-			"TABCAST_PLUGINS__CONFIG__TURND__NESTED__B=1.5",          // nested, float
-			"TABCAST_PLUGINS__CONFIG__TURND__HOST=turn.example.test", // stays a string
-			"TABCAST_PLUGINS__CONFIG__TURND__PORTTEXT=0x10",          // not decimal: string
+			"TABCAST_PLUGINS__CONFIG__CAPTURE_CDP__EVERYNTHFRAME=2",   // existing spelling reused
+			"TABCAST_PLUGINS__CONFIG__ENCODER-FFMPEG__VP8CPUUSED=-6",  // new key: lower-cased
+			"TABCAST_PLUGINS__CONFIG__RELAYX__ENABLED=true",           // bool inferred
+			"TABCAST_PLUGINS__CONFIG__RELAYX__NESTED__B=1.5",          // nested, float
+			"TABCAST_PLUGINS__CONFIG__RELAYX__HOST=turn.example.test", // stays a string
+			"TABCAST_PLUGINS__CONFIG__RELAYX__PORTTEXT=0x10",          // not decimal: string
 		},
-		args: []string{"--set", "plugins.config.capture-cdp.maxWidth=640", "--set", "plugins.config.turnd.Realm2=x"},
+		args: []string{"--set", "plugins.config.capture-cdp.maxWidth=640", "--set", "plugins.config.relayx.Realm2=x"},
 	}.load(t)
 	if err != nil {
 		t.Fatal(err)
@@ -457,7 +460,7 @@ func TestPluginSubtrees(t *testing.T) {
 	for name, want := range map[string]string{
 		"capture-cdp":    `{"everyNthFrame":2,"maxHeight":0,"maxWidth":640,"quality":70}`,
 		"encoder-ffmpeg": `{"h264Preset":"ultrafast","hardware":"auto","threads":1,"vp8cpuused":-6}`,
-		"turnd":          `{"Realm2":"x","enabled":true,"host":"turn.example.test","nested":{"a":[1,"two"],"b":1.5},"porttext":"0x10","realm":"lab"}`,
+		"relayx":         `{"Realm2":"x","enabled":true,"host":"turn.example.test","nested":{"a":[1,"two"],"b":1.5},"porttext":"0x10","realm":"lab"}`,
 	} {
 		got, err := cfg.PluginConfigJSON(name)
 		if err != nil {
@@ -474,7 +477,7 @@ func TestPluginSubtrees(t *testing.T) {
 }
 
 func TestPrint(t *testing.T) {
-	file := "plugins:\n  sha256:\n    turnd: " + strings.Repeat("a", 64) + "\n  config:\n    turnd:\n      secret: x\n      realm: lab\n      users: {alice: {password: hunter2}}\n      apiKey: k1\n"
+	file := "plugins:\n  sha256:\n    relayx: " + strings.Repeat("a", 64) + "\n  config:\n    relayx:\n      secret: x\n      realm: lab\n      users: {alice: {password: hunter2}}\n      apiKey: k1\n"
 	cfg, err := setup{file: str(file)}.load(t)
 	if err != nil {
 		t.Fatal(err)
@@ -491,7 +494,7 @@ func TestPrint(t *testing.T) {
 	}
 	for _, want := range []string{
 		`secret: '****'`, `password: '****'`, `apiKey: '****'`, "realm: lab",
-		"keyframeInterval: 2s", "turnd: " + strings.Repeat("a", 64), "extraFlags: []",
+		"keyframeInterval: 2s", "relayx: " + strings.Repeat("a", 64), "extraFlags: []",
 		"listen: 127.0.0.1:8080", "noSandbox: auto",
 	} {
 		if !strings.Contains(out, want) {

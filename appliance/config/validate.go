@@ -154,6 +154,24 @@ func validate(cfg *Config, origin func(string) string) []error {
 		}
 	}
 
+	for i, a := range cfg.WebRTC.Advertise {
+		if net.ParseIP(a) == nil {
+			c.fail(fmt.Sprintf("webrtc.advertise[%d]", i), "not an IP address: %q", a)
+		}
+	}
+	if cfg.WebRTC.TCP && cfg.WebRTC.UDPPort == 0 {
+		c.fail("webrtc.tcp", "ICE over TCP shares webrtc.udpPort's number: set webrtc.udpPort")
+	}
+	tu := cfg.Turn
+	c.name("turn.plugin", tu.Plugin)
+	c.durRange("turn.credentialTTL", tu.CredentialTTL, time.Minute, 10*time.Minute)
+	if tu.Enabled && cfg.WebRTC.UDPPort == 0 {
+		c.fail("turn.enabled", "the relay forwards only to the appliance's own ICE port: set webrtc.udpPort")
+	}
+	if cfg.WebRTC.RelayOnly && !tu.Enabled {
+		c.fail("webrtc.relayOnly", "needs the relay: set turn.enabled")
+	}
+
 	in := cfg.Input
 	for i, sc := range in.BlockedShortcuts {
 		if strings.TrimSpace(sc) == "" || len(sc) > 64 {

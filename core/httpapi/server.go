@@ -67,6 +67,9 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("POST /api/v1/tokens", a.createToken)
 	mux.HandleFunc("DELETE /api/v1/tokens/{id}", a.revokeToken)
 	mux.HandleFunc("GET /api/v1/audit", a.auditLog)
+	if o.Agent != nil {
+		mux.Handle("/mcp", a.mcpHandler())
+	}
 	mux.HandleFunc("GET /api/v1/sessions", a.listSessions)
 	mux.HandleFunc("POST /api/v1/sessions", a.createSession)
 	mux.HandleFunc("GET /api/v1/sessions/{id}", a.getSession)

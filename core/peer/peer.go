@@ -11,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/pion/ice/v4"
 	"github.com/pion/interceptor"
 	"github.com/pion/rtcp"
 	"github.com/pion/sdp/v3"
@@ -67,6 +69,18 @@ type Config struct {
 	// the appliance's candidates anyway (peer-reflexive pairs), and
 	// multicast traffic is not wanted on every network.
 	MDNS bool
+	// TCP also serves ICE over TCP (RFC 6544 passive candidates) on
+	// UDPPort's number, so a firewall rule for one port covers both.
+	TCP bool
+	// Advertise adds these addresses (IPs or host IPs of a NAT in front)
+	// as extra host candidates beside the real ones: LAN and public at
+	// once.
+	Advertise []string
+	// RelayOnly makes the relay (on this box) the only way in: the
+	// appliance offers loopback candidates only, which nothing but the
+	// local relay reaches, and ignores the viewer's non-relay candidates
+	// (iceTransportPolicy relay, enforced here: a client cannot opt out).
+	RelayOnly bool
 	// DisconnectedTimeout is the ICE silence after which a peer is
 	// "disconnected" (default 3 s); FailedTimeout the further silence after
 	// which it is "failed" (default 7 s), so a vanished viewer is given up
@@ -84,11 +98,11 @@ const (
 // Factory builds peers that share one webrtc.API (codecs, interceptors,
 // ICE settings and, with Config.UDPPort, one UDP socket).
 type Factory struct {
-	api    *webrtc.API
-	cfg    Config
-	log    *slog.Logger
-	mux    interface{ Close() error }
-	closed atomic.Bool
+	api     *webrtc.API
+	cfg     Config
+	log     *slog.Logger
+	closers []interface{ Close() error } // shared ICE sockets (UDP and TCP mux)
+	closed  atomic.Bool
 }
 
 // videoFeedback is what the viewer may send back for video: NACK for lost
@@ -189,6 +203,9 @@ func NewFactory(cfg Config) (*Factory, error) {
 	if filter != nil {
 		se.SetInterfaceFilter(filter)
 	}
+	if cfg.RelayOnly {
+		se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
+	}
 	f := &Factory{cfg: cfg, log: log}
 	if cfg.UDPPort > 0 {
 		mux, err := newUDPMux(cfg.UDPPort, filter, se.LoggerFactory)
@@ -196,7 +213,29 @@ func NewFactory(cfg Config) (*Factory, error) {
 			return nil, fmt.Errorf("ice udp mux on port %d: %w", cfg.UDPPort, err)
 		}
 		se.SetICEUDPMux(mux)
-		f.mux = mux
+		f.closers = append(f.closers, mux)
+	}
+	if cfg.TCP {
+		if cfg.UDPPort <= 0 {
+			return nil, errors.New("ice tcp needs a fixed UDP port (its number is shared)")
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", cfg.UDPPort))
+		if err != nil {
+			f.closeAll()
+			return nil, fmt.Errorf("ice tcp on port %d: %w", cfg.UDPPort, err)
+		}
+		tcp := ice.NewTCPMuxDefault(ice.TCPMuxParams{Listener: ln, Logger: se.LoggerFactory.NewLogger("tcpmux"), ReadBufferSize: 64, WriteBufferSize: 4 << 20})
+		se.SetICETCPMux(tcp)
+		se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4, webrtc.NetworkTypeUDP6, webrtc.NetworkTypeTCP4, webrtc.NetworkTypeTCP6})
+		f.closers = append(f.closers, tcp)
+	}
+	if len(cfg.Advertise) > 0 {
+		if err := se.SetICEAddressRewriteRules(webrtc.ICEAddressRewriteRule{
+			External: cfg.Advertise, AsCandidateType: webrtc.ICECandidateTypeHost, Mode: webrtc.ICEAddressRewriteAppend,
+		}); err != nil {
+			f.closeAll()
+			return nil, fmt.Errorf("advertised addresses: %w", err)
+		}
 	}
 	f.api = webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(reg),
 		webrtc.WithSettingEngine(se))
@@ -214,13 +253,24 @@ func interfaceFilter(names []string) func(string) bool {
 	return func(name string) bool { return allow[name] }
 }
 
-// Close releases the shared UDP socket, if any. Close peers first.
+// Close releases the shared ICE sockets, if any. Close peers first.
 func (f *Factory) Close() error {
-	if !f.closed.CompareAndSwap(false, true) || f.mux == nil {
+	if !f.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if err := f.mux.Close(); err != nil {
-		return fmt.Errorf("close ice udp mux: %w", err)
+	return f.closeAll()
+}
+
+func (f *Factory) closeAll() error {
+	var errs []error
+	for _, c := range f.closers {
+		if err := c.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	f.closers = nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close ice sockets: %w", err)
 	}
 	return nil
 }
@@ -281,6 +331,7 @@ type Peer struct {
 	answered   bool
 	candidates int
 	closed     bool
+	relayOnly  bool // drop the viewer's non-relay candidates
 
 	// cbMu/cbClosed/cbWG fence callbacks: none starts after Close began
 	// and Close waits for the running ones.
@@ -314,7 +365,7 @@ func (f *Factory) NewPeer(o Options) (*Peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new peer connection: %w", err)
 	}
-	p := &Peer{id: id, pc: pc, opts: o, log: f.log.With("peer", id), rtcpDone: make(chan struct{})}
+	p := &Peer{id: id, pc: pc, opts: o, log: f.log.With("peer", id), rtcpDone: make(chan struct{}), relayOnly: f.cfg.RelayOnly}
 
 	tr, err := pc.AddTransceiverFromTrack(countingTrack{o.Track, &p.sent},
 		webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly})
@@ -499,6 +550,9 @@ func (p *Peer) AddCandidate(c webrtc.ICECandidateInit) error {
 		return ErrTooManyCandidates
 	}
 	p.candidates++
+	if p.relayOnly && !strings.Contains(c.Candidate, " typ relay") && c.Candidate != "" {
+		return nil // not a path the appliance accepts; dropped, not an error
+	}
 	if err := p.pc.AddICECandidate(c); err != nil {
 		// Pion's error may quote the candidate (an address): do not wrap it.
 		return ErrBadCandidate

@@ -89,6 +89,13 @@ type Options struct {
 	// websocket.AcceptOptions) allowed to open the socket; same-origin
 	// requests and non-browser clients are always allowed.
 	OriginPatterns []string
+	// ICEServers, if set, is asked for every new peer's TURN servers (with
+	// credentials scoped to the viewer, session, peer and its generation);
+	// revoke is called once when the peer goes. An error leaves the viewer
+	// without TURN (direct paths only), it does not refuse it.
+	ICEServers func(ctx context.Context, v Viewer, sessionID, peerID string, generation uint64) (servers []ICEServer, revoke func(), err error)
+	// RelayOnly is announced to viewers as iceTransportPolicy "relay".
+	RelayOnly bool
 	// PingInterval is the WebSocket keepalive period (default 20 s); a
 	// ping unanswered for 10 s (or one period, if shorter) drops the socket.
 	PingInterval time.Duration
@@ -193,6 +200,7 @@ type conn struct {
 	ws        *websocket.Conn
 	sessionID string
 	viewer    Viewer
+	revokeICE func() // ends this peer's TURN credentials
 	log       *slog.Logger
 	out       chan outFrame
 
@@ -244,6 +252,13 @@ func (c *conn) run() {
 	}
 	// After the peer: no callback submits anything once Close runs.
 	c.endInput("socket closed")
+	c.mu.Lock()
+	revoke := c.revokeICE
+	c.revokeICE = nil
+	c.mu.Unlock()
+	if revoke != nil {
+		revoke() // its TURN credentials stop working now, not at expiry
+	}
 	if release != nil {
 		release()
 	}
@@ -470,6 +485,22 @@ func (c *conn) hello(m Message) error {
 	go c.watchSession(c.media.Done())
 	welcome := welcomeMsg{Type: TypeWelcome, SessionID: c.sessionID, PeerID: p.ID(), Codec: codec,
 		ConnectionGeneration: connGen, Interactive: in != nil, InputError: inputErr}
+	if c.h.o.RelayOnly {
+		welcome.ICETransportPolicy = "relay"
+	}
+	if c.h.o.ICEServers != nil {
+		ictx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+		servers, revoke, err := c.h.o.ICEServers(ictx, c.viewer, c.sessionID, p.ID(), connGen)
+		cancel()
+		if err != nil {
+			log.Warn("no TURN credentials for this viewer", "err", err)
+		} else {
+			welcome.ICEServers = servers
+			c.mu.Lock()
+			c.revokeICE = revoke
+			c.mu.Unlock()
+		}
+	}
 	if in != nil {
 		welcome.ProducerID, welcome.ProducerGeneration = in.Producer()
 		welcome.PageRevision = in.PageRevision()

@@ -279,6 +279,20 @@ type welcomeMsg struct {
 	PageRevision       uint64 `json:"pageRevision"`
 	// InputError says why an interactive hello got no producer.
 	InputError string `json:"inputError,omitempty"`
+	// ICEServers are TURN servers with short-lived credentials for this
+	// peer; the viewer adds them to its RTCPeerConnection before answering.
+	ICEServers []ICEServer `json:"iceServers,omitempty"`
+	// ICETransportPolicy "relay" tells the viewer the appliance accepts
+	// only relayed paths (it also enforces it).
+	ICETransportPolicy string `json:"iceTransportPolicy,omitempty"`
+}
+
+// ICEServer is one entry of RTCConfiguration.iceServers. Credentials are
+// never logged.
+type ICEServer struct {
+	URLs       []string `json:"urls"`
+	Username   string   `json:"username,omitempty"`
+	Credential string   `json:"credential,omitempty"`
 }
 
 type offerMsg struct {

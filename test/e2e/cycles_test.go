@@ -37,7 +37,9 @@ func figures(t *testing.T, ctx context.Context, a *harness.Appliance) processFig
 	}
 	ents, _ := os.ReadDir(os.TempDir())
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "tabcast") {
+		// What the appliance makes: Chromium profiles and session
+		// download dirs (not other tests' build dirs).
+		if strings.HasPrefix(e.Name(), "tabcast-chromium-") || strings.HasPrefix(e.Name(), "tabcast-downloads-") {
 			f.tempDirs++
 		}
 	}

@@ -129,6 +129,10 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 		"--set", "server.dataDir=" + dataDir,
 		"--set", "plugins.config.auth-local.usersFile=" + usersFile,
 		"--set", "plugins.config.auth-local.initialPasswordFile=" + filepath.Join(logDir, "initial-admin-password"),
+		// Media on ephemeral ports and no relay, unless a test asks (tests
+		// may run beside another appliance); the relay's secret stays here.
+		"--set", "webrtc.udpPort=0", "--set", "webrtc.tcp=false", "--set", "turn.enabled=false",
+		"--set", "plugins.config.turnd.secretFile=" + filepath.Join(logDir, "turn-secret"),
 	}
 	for _, s := range sets {
 		args = append(args, "--set", s)

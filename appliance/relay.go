@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/tabcast/tabcast/appliance/config"
+	"github.com/tabcast/tabcast/core/signaling"
+	"github.com/tabcast/tabcast/core/supervisor"
+	"github.com/tabcast/tabcast/plugins"
+	"github.com/tabcast/tabcast/plugins/turn"
+)
+
+// selfAddresses are the appliance's own media addresses: what the relay may
+// reach. With relayOnly the appliance gathers only loopback candidates, so
+// the relay (on the same box) is the one way in.
+func selfAddresses(cfg *config.Config) ([]string, error) {
+	if cfg.WebRTC.RelayOnly {
+		return []string{"127.0.0.1"}, nil
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
+	}
+	var out []string
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		if len(cfg.WebRTC.Interfaces) > 0 && !slices.Contains(cfg.WebRTC.Interfaces, ifc.Name) {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLinkLocalUnicast() {
+				out = append(out, ipn.IP.String())
+			}
+		}
+	}
+	out = append(out, cfg.WebRTC.Advertise...)
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// startRelay starts the TURN plugin with the appliance's own addresses and
+// ICE port as the only peers it may relay to (unless set explicitly).
+func startRelay(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Config, dir string) (*supervisor.Handle, error) {
+	name := cfg.Turn.Plugin
+	raw, err := cfg.PluginConfigJSON(name)
+	if err != nil {
+		return nil, err
+	}
+	conf := map[string]any{}
+	if err := json.Unmarshal(raw, &conf); err != nil {
+		return nil, fmt.Errorf("plugins.config.%s: %w", name, err)
+	}
+	if _, set := conf["selfAddresses"]; !set {
+		self, err := selfAddresses(cfg)
+		if err != nil {
+			return nil, err
+		}
+		conf["selfAddresses"] = self
+	}
+	if _, set := conf["selfPorts"]; !set {
+		conf["selfPorts"] = []int{cfg.WebRTC.UDPPort}
+	}
+	if cfg.WebRTC.RelayOnly {
+		if _, set := conf["relayAddress"]; !set {
+			// The relay's own address: the viewer's way in.
+			if self, _ := selfAddressesLAN(cfg); len(self) > 0 {
+				conf["relayAddress"] = self[0]
+			}
+		}
+	}
+	b, err := json.Marshal(conf)
+	if err != nil {
+		return nil, err
+	}
+	h, err := sup.Start(ctx, supervisor.Spec{
+		Name: name, Kind: plugins.KindTurn, Path: dir + "/" + name,
+		SHA256: cfg.Plugins.SHA256[name], Config: b,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s (turn): %w", name, err)
+	}
+	return h, nil
+}
+
+// selfAddressesLAN are the appliance's non-loopback IPv4 addresses.
+func selfAddressesLAN(cfg *config.Config) ([]string, error) {
+	c := *cfg
+	c.WebRTC.RelayOnly = false
+	all, err := selfAddresses(&c)
+	var v4 []string
+	for _, a := range all {
+		if ip := net.ParseIP(a); ip != nil && ip.To4() != nil {
+			v4 = append(v4, a)
+		}
+	}
+	return v4, err
+}
+
+// iceServers mints a TURN credential per peer for signaling, scoped to the
+// viewer, session, peer and its generation; revoke ends it when the peer
+// goes (not only at expiry).
+func iceServers(h *supervisor.Handle, ttl time.Duration) func(ctx context.Context, v signaling.Viewer, sessionID, peerID string, gen uint64) ([]signaling.ICEServer, func(), error) {
+	return func(ctx context.Context, v signaling.Viewer, sessionID, peerID string, gen uint64) ([]signaling.ICEServer, func(), error) {
+		c, _, err := h.Client(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		r, ok := c.(turn.Relay)
+		if !ok {
+			return nil, nil, fmt.Errorf("plugin %s is not a turn plugin", h.Name())
+		}
+		scope := turn.Scope{User: v.Name, Session: sessionID, Peer: peerID, Generation: int(gen % (1 << 31))}
+		cred, err := r.MintCredential(ctx, scope, ttl)
+		if err != nil {
+			return nil, nil, err
+		}
+		revoke := func() {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if c, _, err := h.Client(rctx); err == nil {
+				if r, ok := c.(turn.Relay); ok {
+					_, _ = r.Revoke(rctx, scope)
+				}
+			}
+		}
+		return []signaling.ICEServer{{URLs: cred.URLs, Username: cred.Username, Credential: cred.Password}}, revoke, nil
+	}
+}

@@ -1,0 +1,108 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/tabcast/tabcast/core/access"
+	"github.com/tabcast/tabcast/core/agent"
+	"github.com/tabcast/tabcast/core/mcp"
+	"github.com/tabcast/tabcast/core/session"
+)
+
+// mcpBackend serves the MCP tools in-process for one authenticated caller,
+// with the same rules as the REST API.
+type mcpBackend struct {
+	a *api
+	p access.Principal
+}
+
+func (b mcpBackend) ListSessions(context.Context) ([]mcp.SessionInfo, error) {
+	out := []mcp.SessionInfo{}
+	for _, s := range b.a.o.Sessions.List() {
+		invited := false
+		for _, u := range s.Invited {
+			invited = invited || u == b.p.User
+		}
+		if b.p.CanSee(s.Owner, invited) {
+			out = append(out, mcp.SessionInfo{ID: s.ID, State: string(s.State), Title: s.Title, URL: s.URL})
+		}
+	}
+	return out, nil
+}
+
+func (b mcpBackend) CreateSession(ctx context.Context, url string) (mcp.SessionInfo, error) {
+	if !b.p.CanCreate() {
+		return mcp.SessionInfo{}, &agent.Error{Code: CodeForbidden, Message: "your role or token does not allow creating sessions"}
+	}
+	if url != "" {
+		if err := CheckURL(url); err != nil {
+			return mcp.SessionInfo{}, &agent.Error{Code: CodeInvalidArgument, Message: "url: " + err.Error()}
+		}
+		if err := b.a.o.Sessions.CheckURL(ctx, url); err != nil {
+			return mcp.SessionInfo{}, err
+		}
+	}
+	s, err := b.a.o.Sessions.Create(ctx, session.CreateOptions{URL: url, Owner: b.p.User})
+	if err != nil {
+		_, e := fromError(err)
+		return mcp.SessionInfo{}, &agent.Error{Code: e.Code, Message: e.Message, Hint: e.Hint, Recoverable: e.Recoverable}
+	}
+	snap := s.Snapshot()
+	return mcp.SessionInfo{ID: snap.ID, State: string(snap.State), Title: snap.Title, URL: snap.URL}, nil
+}
+
+// operable is the API's rule: unknown and invisible sessions look alike.
+func (b mcpBackend) operable(id string) (*session.Session, error) {
+	s, err := b.a.o.Sessions.Get(id)
+	if err != nil || !b.p.CanSee(s.Owner(), s.Invited(b.p.User)) {
+		return nil, &agent.Error{Code: CodeNotFound, Message: "no such session", Hint: "list them with sessions_list"}
+	}
+	if !b.p.CanOperate(s.Owner()) {
+		return nil, &agent.Error{Code: CodeForbidden, Message: "you may watch this session but not operate it"}
+	}
+	return s, nil
+}
+
+func (b mcpBackend) Agent(ctx context.Context, id string, req agent.Request) (*agent.Result, error) {
+	s, err := b.operable(id)
+	if err != nil {
+		return nil, err
+	}
+	return b.a.o.Agent.Do(ctx, s, b.p.User, req)
+}
+
+func (b mcpBackend) RequestHuman(ctx context.Context, id, reason string, timeout time.Duration) (mcp.HumanResult, error) {
+	res, err := b.Agent(ctx, id, agent.Request{Command: "request_human", Reason: reason, TimeoutMs: int(timeout.Milliseconds())})
+	if err != nil {
+		return mcp.HumanResult{}, err
+	}
+	return humanResult(res), nil
+}
+
+// humanResult reads a request_human result.
+func humanResult(res *agent.Result) mcp.HumanResult {
+	var out session.HumanOutcome
+	if b, err := json.Marshal(res.Data); err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	if out.Done {
+		return mcp.HumanResult{Status: "done", By: out.By}
+	}
+	return mcp.HumanResult{Status: "timeout"}
+}
+
+// mcpHandler serves MCP over streamable HTTP at /mcp for the authenticated
+// caller (withAuth ran before it).
+func (a *api) mcpHandler() http.Handler {
+	return mcp.HTTPHandler(func(r *http.Request) (mcp.Backend, error) {
+		p, ok := access.FromContext(r.Context())
+		if !ok || a.o.Agent == nil {
+			return nil, errors.New("not authenticated")
+		}
+		return mcpBackend{a: a, p: p}, nil
+	}, "tabcast")
+}
