@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/mcp"
-	"github.com/tabcast/tabcast/core/session"
 )
 
 // cmdMCP serves the agent tools over stdio (for an LLM client that starts
@@ -104,12 +103,5 @@ func (b apiBackend) RequestHuman(ctx context.Context, id, reason string, timeout
 	if err != nil {
 		return mcp.HumanResult{}, err
 	}
-	var out session.HumanOutcome
-	if raw, err := json.Marshal(res.Data); err == nil {
-		_ = json.Unmarshal(raw, &out)
-	}
-	if out.Done {
-		return mcp.HumanResult{Status: "done", By: out.By}, nil
-	}
-	return mcp.HumanResult{Status: "timeout"}, nil
+	return mcp.HumanResultOf(res), nil
 }

@@ -58,13 +58,21 @@ type report struct {
 	Codecs    []codecResult  `json:"codecs"`
 	Latency   *latencyReport `json:"latency,omitempty"`
 	Sessions  *sessionReport `json:"sessions,omitempty"`
+	Agent     *agentReport   `json:"agent,omitempty"`
 }
 
 func main() {
 	name := flag.String("name", "media-720p", "result name: bench/results/<name>.json")
 	dur := flag.Duration("for", 10*time.Second, "how long each codec is watched")
+	only := flag.String("only", "", "run only this part: agent (writes bench/results/agent.json)")
 	flag.Parse()
-	if err := run(*name, *dur); err != nil {
+	var err error
+	if *only == "agent" {
+		err = agentOnly()
+	} else {
+		err = run(*name, *dur)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -86,6 +94,9 @@ func run(name string, dur time.Duration) error {
 	// First, while no other appliance runs: its own appliance and browsers.
 	if rep.Latency, err = latencyBench(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: latency:", err)
+	}
+	if rep.Agent, err = agentBench(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: agent:", err)
 	}
 	a, err := harness.Start(ctx, tmp, "browser.startURL="+page.URL, "video.fps=24", "video.bitrateKbps=2500", "input.allowLoopbackHosts=127.0.0.1")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/snapshot"
 )
 
@@ -571,4 +572,20 @@ func selectOptions(ctx context.Context, el *snapshot.Element) ([]option, error) 
 		return nil, errorf(action.CodeInvalidArgument, false, "select works on <select> elements", "the element is not a <select>")
 	}
 	return opts, nil
+}
+
+// HumanOutcomeOf reads the outcome of a request_human result (also one
+// that came back over the API as JSON).
+func HumanOutcomeOf(res *Result) session.HumanOutcome {
+	var out session.HumanOutcome
+	if res == nil {
+		return out
+	}
+	if o, ok := res.Data.(session.HumanOutcome); ok {
+		return o
+	}
+	if b, err := json.Marshal(res.Data); err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	return out
 }

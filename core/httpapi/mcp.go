@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -80,19 +79,7 @@ func (b mcpBackend) RequestHuman(ctx context.Context, id, reason string, timeout
 	if err != nil {
 		return mcp.HumanResult{}, err
 	}
-	return humanResult(res), nil
-}
-
-// humanResult reads a request_human result.
-func humanResult(res *agent.Result) mcp.HumanResult {
-	var out session.HumanOutcome
-	if b, err := json.Marshal(res.Data); err == nil {
-		_ = json.Unmarshal(b, &out)
-	}
-	if out.Done {
-		return mcp.HumanResult{Status: "done", By: out.By}
-	}
-	return mcp.HumanResult{Status: "timeout"}
+	return mcp.HumanResultOf(res), nil
 }
 
 // mcpHandler serves MCP over streamable HTTP at /mcp for the authenticated

@@ -165,3 +165,11 @@ func HTTPHandler(newBackend func(r *http.Request) (Backend, error), version stri
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), backendKey{}, b)))
 	})
 }
+
+// HumanResultOf reads an agent request_human result as the tool's answer.
+func HumanResultOf(res *agent.Result) HumanResult {
+	if out := agent.HumanOutcomeOf(res); out.Done {
+		return HumanResult{Status: "done", By: out.By}
+	}
+	return HumanResult{Status: "timeout"}
+}
