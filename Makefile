@@ -9,7 +9,8 @@ PROTOS  := base capture encoder auth turn
 # benchmark's baseline; protobuf-compiler for `make proto` and its test.
 APT_PKGS := chromium libavcodec-dev libavformat-dev libavutil-dev libswscale-dev \
             libavfilter-dev libavdevice-dev libswresample-dev pkg-config ffmpeg \
-            protobuf-compiler ca-certificates
+            protobuf-compiler ca-certificates \
+            iproute2 nftables iptables
 # Package tests run one at a time: several suites start Chromium and encode
 # video, and on a 2-core box running them side by side only makes each
 # slower and their deadlines noisier.
@@ -54,8 +55,11 @@ proto: ## regenerate the plugin protos (committed)
 	    --go-grpc_out=paths=source_relative:plugins/$$p/proto \
 	    plugins/$$p/proto/$$p.proto || exit 1; done
 
-image: ## build the flashable appliance image (see image/README.md)
-	@echo "make image: not built yet — see image/README.md (issue 8)"; exit 1
+image: build ## build the flashable appliance image (see image/README.md)
+	VERSION=$(VERSION) BIN=$(CURDIR)/$(BIN) OUT=$(CURDIR)/dist image/build.sh
+
+image-test: ## check the built image without booting it (image/test.sh)
+	VERSION=$(VERSION) OUT=$(CURDIR)/dist image/test.sh
 
 clean:
 	rm -rf $(BIN) dist

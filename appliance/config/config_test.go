@@ -73,7 +73,7 @@ func wantDefaults() *Config {
 				"auth-local": {"usersFile": "/etc/tabcast/users.yaml", "initialPasswordFile": "/etc/tabcast/initial-admin-password",
 					"maxFailures": 5, "lockoutBase": "1s"},
 				"turnd": {"listenUDP": ":3478", "listenTCP": ":3478", "listenTLS": "", "secretFile": "/var/lib/tabcast/turn-secret",
-					"maxAllocationsPerUser": 5, "maxAllocations": 100},
+					"maxAllocationsPerUser": 5, "maxAllocations": 100, "relayPortMin": 49160, "relayPortMax": 49400},
 			},
 		},
 	}

@@ -3,6 +3,7 @@ package peer
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"regexp"
 
 	"github.com/pion/ice/v4"
@@ -12,12 +13,18 @@ import (
 const iceMDNSDisabled = ice.MulticastDNSModeDisabled
 
 // newUDPMux opens one UDP port on every allowed interface, loopback
-// included, shared by every peer's ICE agent.
-func newUDPMux(port int, filter func(string) bool, lf logging.LoggerFactory) (*ice.MultiUDPMuxDefault, error) {
+// included, shared by every peer's ICE agent. IPv6 link-local addresses are
+// left out: viewers on the LAN never need them, and on a fresh interface
+// they cannot be bound until duplicate address detection ends. keepIP, if
+// set, further limits the addresses (relay-only: loopback alone).
+func newUDPMux(port int, filter func(string) bool, keepIP func(net.IP) bool, lf logging.LoggerFactory) (*ice.MultiUDPMuxDefault, error) {
 	opts := []ice.UDPMuxFromPortOption{
 		ice.UDPMuxFromPortWithLoopback(),
 		ice.UDPMuxFromPortWithNetworks(ice.NetworkTypeUDP4, ice.NetworkTypeUDP6),
 		ice.UDPMuxFromPortWithLogger(lf.NewLogger("udpmux")),
+		ice.UDPMuxFromPortWithIPFilter(func(ip net.IP) bool {
+			return !ip.IsLinkLocalUnicast() && (keepIP == nil || keepIP(ip))
+		}),
 	}
 	if filter != nil {
 		opts = append(opts, ice.UDPMuxFromPortWithInterfaceFilter(filter))

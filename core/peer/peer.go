@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -203,12 +204,14 @@ func NewFactory(cfg Config) (*Factory, error) {
 	if filter != nil {
 		se.SetInterfaceFilter(filter)
 	}
+	var keepIP func(net.IP) bool
 	if cfg.RelayOnly {
-		se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
+		keepIP = func(ip net.IP) bool { return ip.IsLoopback() }
+		se.SetIPFilter(keepIP)
 	}
 	f := &Factory{cfg: cfg, log: log}
 	if cfg.UDPPort > 0 {
-		mux, err := newUDPMux(cfg.UDPPort, filter, se.LoggerFactory)
+		mux, err := newUDPMux(cfg.UDPPort, filter, keepIP, se.LoggerFactory)
 		if err != nil {
 			return nil, fmt.Errorf("ice udp mux on port %d: %w", cfg.UDPPort, err)
 		}
@@ -219,7 +222,11 @@ func NewFactory(cfg Config) (*Factory, error) {
 		if cfg.UDPPort <= 0 {
 			return nil, errors.New("ice tcp needs a fixed UDP port (its number is shared)")
 		}
-		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", cfg.UDPPort))
+		host := ""
+		if cfg.RelayOnly {
+			host = "127.0.0.1" // only the local relay may come in
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(cfg.UDPPort)))
 		if err != nil {
 			f.closeAll()
 			return nil, fmt.Errorf("ice tcp on port %d: %w", cfg.UDPPort, err)

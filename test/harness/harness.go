@@ -101,6 +101,8 @@ type Options struct {
 	// NoUsers leaves the users file empty: the appliance's first start
 	// creates admin with a one-time password (InitialPassword).
 	NoUsers bool
+	// Listen is the address to serve on (default "127.0.0.1:0").
+	Listen string
 }
 
 var firstStartLine = regexp.MustCompile(`one-time password (\S+) `)
@@ -125,7 +127,11 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 			return nil, err
 		}
 	}
-	args := []string{"run", "--config", cfgPath, "--listen", "127.0.0.1:0", "--set", "plugins.dir=" + bin,
+	listen := o.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	args := []string{"run", "--config", cfgPath, "--listen", listen, "--set", "plugins.dir=" + bin,
 		"--set", "server.dataDir=" + dataDir,
 		"--set", "plugins.config.auth-local.usersFile=" + usersFile,
 		"--set", "plugins.config.auth-local.initialPasswordFile=" + filepath.Join(logDir, "initial-admin-password"),

@@ -9,12 +9,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/pion/ice/v4"
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
 	"github.com/pion/rtp/codecs"
@@ -29,14 +32,31 @@ type Frame struct {
 	Keyframe bool
 }
 
-// Result of watching a session.
+// Result of watching a session. The JSON form is what cmd/tcviewer prints.
 type Result struct {
-	Codec      string
-	Frames     int
-	Keyframes  int
-	Bytes      int
-	FirstFrame time.Duration // from the signaling dial to the first frame
-	Errors     []string      // error frames the appliance sent
+	Codec      string        `json:"codec"`
+	Frames     int           `json:"frames"`
+	Keyframes  int           `json:"keyframes"`
+	Bytes      int           `json:"bytes"`
+	FirstFrame time.Duration `json:"firstFrameNs"`     // from the signaling dial to the first frame
+	Errors     []string      `json:"errors,omitempty"` // error frames the appliance sent
+
+	// The selected ICE candidate pair, read from the peer connection's
+	// stats just before the viewer hangs up (empty if none was selected).
+	// Candidate types are host, srflx, prflx or relay.
+	LocalCandidateType  string `json:"localCandidateType,omitempty"`
+	RemoteCandidateType string `json:"remoteCandidateType,omitempty"`
+	// RelayProtocol is how the viewer reaches its TURN server (udp, tcp or
+	// tls) when LocalCandidateType is relay; else empty.
+	RelayProtocol string `json:"relayProtocol,omitempty"`
+	// LocalProtocol is the candidate's own transport (udp, or tcp for
+	// ICE-TCP); a relay candidate's is udp whatever RelayProtocol is.
+	LocalProtocol string `json:"localProtocol,omitempty"`
+	// LocalAddress and RemoteAddress are the candidates' ip:port.
+	LocalAddress  string `json:"localAddress,omitempty"`
+	RemoteAddress string `json:"remoteAddress,omitempty"`
+	// WelcomeICEServers is how many ICE servers the welcome message carried.
+	WelcomeICEServers int `json:"welcomeIceServers,omitempty"`
 }
 
 // Options for Watch.
@@ -58,22 +78,46 @@ type Options struct {
 	// HTTPClient dials the signaling socket (e.g. trusting a test
 	// certificate); nil means the default client.
 	HTTPClient *http.Client
+	// ICEServers configure the viewer's RTCPeerConnection. ICE servers the
+	// appliance sends in its welcome message are added to these before the
+	// answer is created.
+	ICEServers []webrtc.ICEServer
+	// ICETransportPolicy is "" or "all" (any candidate) or "relay" (TURN
+	// relay candidates only).
+	ICETransportPolicy string
+	// Interfaces, if set, restricts host candidates to these network
+	// interfaces (list "lo" for loopback candidates, which are otherwise
+	// left out) and turns mDNS off. Nil keeps Pion's defaults.
+	Interfaces []string
+	// IgnoreWelcomeICE leaves out the TURN servers the appliance offers
+	// (a viewer that cannot or will not use the relay).
+	IgnoreWelcomeICE bool
 }
 
 type message struct {
-	Type      string                   `json:"type"`
-	SDP       string                   `json:"sdp,omitempty"`
-	Codec     string                   `json:"codec,omitempty"`
-	Codecs    []string                 `json:"codecs,omitempty"`
-	Candidate *webrtc.ICECandidateInit `json:"candidate,omitempty"`
-	Code      string                   `json:"code,omitempty"`
-	Message   string                   `json:"message,omitempty"`
+	Type       string                   `json:"type"`
+	ICEServers []wireICEServer          `json:"iceServers,omitempty"`
+	SDP        string                   `json:"sdp,omitempty"`
+	Codec      string                   `json:"codec,omitempty"`
+	Codecs     []string                 `json:"codecs,omitempty"`
+	Candidate  *webrtc.ICECandidateInit `json:"candidate,omitempty"`
+	Code       string                   `json:"code,omitempty"`
+	Message    string                   `json:"message,omitempty"`
 }
 
 // Watch connects, receives video and returns what arrived. It fails when no
 // frame arrives before ctx ends.
 func Watch(ctx context.Context, o Options) (Result, error) {
 	res := Result{}
+	var policy webrtc.ICETransportPolicy
+	switch o.ICETransportPolicy {
+	case "", "all":
+		policy = webrtc.ICETransportPolicyAll
+	case "relay":
+		policy = webrtc.ICETransportPolicyRelay
+	default:
+		return res, fmt.Errorf("ICETransportPolicy must be all or relay, not %q", o.ICETransportPolicy)
+	}
 	start := time.Now()
 	wsURL := "ws" + strings.TrimPrefix(o.BaseURL, "http") + "/api/v1/sessions/" + o.SessionID + "/signal"
 	hdr := o.Header.Clone()
@@ -100,8 +144,18 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 	if err := me.RegisterDefaultCodecs(); err != nil {
 		return res, err
 	}
-	api := webrtc.NewAPI(webrtc.WithMediaEngine(me))
-	pc, err := api.NewPeerConnection(webrtc.Configuration{})
+	se := webrtc.SettingEngine{}
+	if len(o.Interfaces) > 0 {
+		allow := map[string]bool{}
+		for _, n := range o.Interfaces {
+			allow[n] = true
+		}
+		se.SetInterfaceFilter(func(n string) bool { return allow[n] })
+		se.SetIncludeLoopbackCandidate(true)
+		se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
+	}
+	api := webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithSettingEngine(se))
+	pc, err := api.NewPeerConnection(webrtc.Configuration{ICEServers: o.ICEServers, ICETransportPolicy: policy})
 	if err != nil {
 		return res, err
 	}
@@ -183,6 +237,19 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 				continue
 			}
 			switch m.Type {
+			case "welcome":
+				if len(m.ICEServers) == 0 || o.IgnoreWelcomeICE {
+					continue
+				}
+				cfg := pc.GetConfiguration()
+				cfg.ICEServers = append(append([]webrtc.ICEServer(nil), o.ICEServers...), toICEServers(m.ICEServers)...)
+				if err := pc.SetConfiguration(cfg); err != nil {
+					sigErr <- fmt.Errorf("ice servers from welcome: %w", err)
+					return
+				}
+				mu.Lock()
+				res.WelcomeICEServers = len(m.ICEServers)
+				mu.Unlock()
 			case "offer":
 				if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: m.SDP}); err != nil {
 					sigErr <- err
@@ -218,18 +285,25 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 		r.Errors = append([]string(nil), res.Errors...)
 		return r
 	}
+	withPair := func() Result {
+		r := snapshot()
+		selectedPair(pc, &r)
+		return r
+	}
 	select {
 	case <-first:
 	case err := <-sigErr:
-		return snapshot(), fmt.Errorf("signaling ended before the first frame: %w (errors: %v)", err, snapshot().Errors)
+		r := withPair()
+		return r, fmt.Errorf("signaling ended before the first frame: %w (errors: %v)", err, r.Errors)
 	case <-ctx.Done():
-		return snapshot(), fmt.Errorf("no frame arrived: %w (errors: %v)", ctx.Err(), snapshot().Errors)
+		r := withPair()
+		return r, fmt.Errorf("no frame arrived: %w (errors: %v)", ctx.Err(), r.Errors)
 	}
 	select {
 	case <-time.After(o.For):
 	case <-ctx.Done():
 	}
-	r := snapshot()
+	r := withPair()
 	_ = send(message{Type: "bye"})
 	_ = pc.Close()
 	ws.Close(websocket.StatusNormalClosure, "")
@@ -239,6 +313,81 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 		return r, errors.New("track reader did not stop")
 	}
 	return r, nil
+}
+
+// wireICEServer is an ICE server as the welcome message carries it; urls
+// may be one string or a list, as in the browser's RTCIceServer.
+type wireICEServer struct {
+	URLs       stringList `json:"urls"`
+	Username   string     `json:"username,omitempty"`
+	Credential string     `json:"credential,omitempty"`
+}
+
+type stringList []string
+
+func (l *stringList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*l = stringList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return err
+	}
+	*l = many
+	return nil
+}
+
+func toICEServers(in []wireICEServer) []webrtc.ICEServer {
+	out := make([]webrtc.ICEServer, 0, len(in))
+	for _, s := range in {
+		srv := webrtc.ICEServer{URLs: append([]string(nil), s.URLs...), Username: s.Username}
+		if s.Credential != "" {
+			srv.Credential = s.Credential
+		}
+		out = append(out, srv)
+	}
+	return out
+}
+
+// selectedPair fills r's candidate pair fields from pc's stats: the ICE
+// transport's selected pair, else the last nominated succeeded pair.
+func selectedPair(pc *webrtc.PeerConnection, r *Result) {
+	var (
+		pair webrtc.ICECandidatePairStats
+		ok   bool
+	)
+	for _, rx := range pc.GetReceivers() {
+		if dt := rx.Transport(); dt != nil && dt.ICETransport() != nil {
+			pair, ok = dt.ICETransport().GetSelectedCandidatePairStats()
+			break
+		}
+	}
+	report := pc.GetStats()
+	if !ok {
+		for _, s := range report {
+			if p, is := s.(webrtc.ICECandidatePairStats); is && p.Nominated &&
+				p.State == webrtc.StatsICECandidatePairStateSucceeded {
+				pair, ok = p, true
+			}
+		}
+	}
+	if !ok {
+		return
+	}
+	if l, is := report[pair.LocalCandidateID].(webrtc.ICECandidateStats); is {
+		r.LocalCandidateType = l.CandidateType.String()
+		r.LocalProtocol = l.Protocol
+		r.LocalAddress = net.JoinHostPort(l.IP, strconv.Itoa(int(l.Port)))
+		if l.CandidateType == webrtc.ICECandidateTypeRelay {
+			r.RelayProtocol = l.RelayProtocol
+		}
+	}
+	if rm, is := report[pair.RemoteCandidateID].(webrtc.ICECandidateStats); is {
+		r.RemoteCandidateType = rm.CandidateType.String()
+		r.RemoteAddress = net.JoinHostPort(rm.IP, strconv.Itoa(int(rm.Port)))
+	}
 }
 
 // h264Keyframe reports whether an Annex-B access unit holds an IDR slice.

@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tabcast/tabcast/test/harness"
+	"github.com/tabcast/tabcast/test/netns"
+	"github.com/tabcast/tabcast/test/viewer"
+)
+
+// freePort returns a port free for both UDP and TCP on host.
+func freePort(t *testing.T, host string) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", net.JoinHostPort(host, fmt.Sprint(port)))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// relaySets turns the relay on with ports of its own on host.
+func relaySets(t *testing.T, host string) (sets []string, turnPort int) {
+	media, turnPort := freePort(t, host), freePort(t, host)
+	return []string{
+		fmt.Sprintf("webrtc.udpPort=%d", media), "webrtc.tcp=true", "turn.enabled=true",
+		fmt.Sprintf("plugins.config.turnd.listenUDP=%s:%d", host, turnPort),
+		fmt.Sprintf("plugins.config.turnd.listenTCP=%s:%d", host, turnPort),
+		"plugins.config.turnd.relayAddress=" + host,
+		"plugins.config.turnd.relayPortMin=" + fmt.Sprint(40000+turnPort%10000),
+		"plugins.config.turnd.relayPortMax=" + fmt.Sprint(40000+turnPort%10000+40),
+		"plugins.config.turnd.maxAllocations=20",
+	}, turnPort
+}
+
+// TestRelayOnlyOnLoopback: with webrtc.relayOnly the appliance is reachable
+// only through its own relay; a viewer that follows the welcome's TURN
+// credentials connects through it and gets video, and its credential stops
+// working when it leaves.
+func TestRelayOnlyOnLoopback(t *testing.T) {
+	p := pages(t)
+	sets, _ := relaySets(t, "127.0.0.1")
+	a, s := startWithSession(t, p.URL+"/anim", append(sets, "webrtc.relayOnly=true")...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: s.ID, Codec: "vp8", For: 3 * time.Second,
+		ICETransportPolicy: "relay", Interfaces: []string{"lo"}})
+	if err != nil {
+		t.Fatalf("relayed viewer: %v\n%s", err, a.LogTail(3000))
+	}
+	t.Logf("relayed viewer: %d frames, pair %s/%s over %s, first frame after %v", r.Frames, r.LocalCandidateType, r.RemoteCandidateType, r.RelayProtocol, r.FirstFrame)
+	if r.WelcomeICEServers == 0 || r.LocalCandidateType != "relay" || r.Frames < 10 {
+		t.Errorf("relay-only: %+v", r)
+	}
+	logs, _ := os.ReadFile(a.LogPath)
+	for _, secret := range []string{`"credential"`, "turn-secret-"} {
+		if strings.Contains(string(logs), secret) {
+			t.Errorf("the log mentions %s", secret)
+		}
+	}
+}
+
+// TestRelayOverTCPFromAnotherNetwork: a viewer in its own network namespace
+// whose UDP is blocked reaches the appliance only through the relay over
+// TCP, and receives video.
+func TestRelayOverTCPFromAnotherNetwork(t *testing.T) {
+	ns := netns.Create(t, "relay")
+	p := pages(t)
+	sets, _ := relaySets(t, ns.HostIP)
+	// Beyond loopback: HTTPS with the generated certificate, auth on.
+	sets = append(sets, "server.tls=on", "webrtc.interfaces="+ns.HostIf)
+	ctx0, cancel0 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel0()
+	sets = append(sets, "browser.startURL="+p.URL+"/anim", "input.allowLoopbackHosts=127.0.0.1")
+	a, err := harness.StartWith(ctx0, t.TempDir(), harness.Options{Listen: net.JoinHostPort(ns.HostIP, "0")}, sets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop(10 * time.Second) })
+	s, err := a.DefaultSession(ctx0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcviewer := filepath.Join(t.TempDir(), "tcviewer")
+	if out, err := exec.Command("go", "build", "-o", tcviewer, "github.com/tabcast/tabcast/test/viewer/cmd/tcviewer").CombinedOutput(); err != nil {
+		t.Fatalf("build tcviewer: %v\n%s", err, out)
+	}
+	ns.BlockUDP(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	out, err := ns.Exec(ctx, tcviewer, "--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8", "--for", "3s",
+		"--ca-file", filepath.Join(a.DataDir, "tls-cert.pem"), "--timeout", "60s").Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("tcviewer: %v\n%s\nstdout %s\n%s", err, stderr, out, a.LogTail(3000))
+	}
+	var r viewer.Result
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("tcviewer output %q: %v", out, err)
+	}
+	t.Logf("viewer without UDP: %d frames, pair %s/%s, relay over %s, first frame after %v", r.Frames, r.LocalCandidateType, r.RemoteCandidateType, r.RelayProtocol, r.FirstFrame)
+	if r.LocalCandidateType != "relay" || r.RelayProtocol != "tcp" || r.Frames < 10 {
+		t.Errorf("want a relay over TCP with video, got %+v", r)
+	}
+}
+
+// TestRelayOnlyFromAnotherNetwork: with webrtc.relayOnly a viewer on
+// another network that ignores the relay gets no video; one that uses it
+// (over UDP) does, through a relay candidate.
+func TestRelayOnlyFromAnotherNetwork(t *testing.T) {
+	ns := netns.Create(t, "ronly")
+	p := pages(t)
+	sets, _ := relaySets(t, ns.HostIP)
+	sets = append(sets, "server.tls=on", "webrtc.relayOnly=true", "browser.startURL="+p.URL+"/anim", "input.allowLoopbackHosts=127.0.0.1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a, err := harness.StartWith(ctx, t.TempDir(), harness.Options{Listen: net.JoinHostPort(ns.HostIP, "0")}, sets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop(10 * time.Second) })
+	s, err := a.DefaultSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcviewer := filepath.Join(t.TempDir(), "tcviewer")
+	if out, err := exec.Command("go", "build", "-o", tcviewer, "github.com/tabcast/tabcast/test/viewer/cmd/tcviewer").CombinedOutput(); err != nil {
+		t.Fatalf("build tcviewer: %v\n%s", err, out)
+	}
+	watch := func(extra ...string) (viewer.Result, error) {
+		args := append([]string{"--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8", "--for", "3s",
+			"--ca-file", filepath.Join(a.DataDir, "tls-cert.pem"), "--timeout", "20s"}, extra...)
+		out, err := ns.Exec(ctx, tcviewer, args...).Output()
+		var r viewer.Result
+		_ = json.Unmarshal(out, &r)
+		return r, err
+	}
+	if r, err := watch("--ignore-welcome-ice"); err == nil && r.Frames > 0 {
+		t.Errorf("a viewer ignoring the relay got %d frames from a relay-only appliance (pair %s/%s)", r.Frames, r.LocalCandidateType, r.RemoteCandidateType)
+	}
+	r, err := watch("--relay-only")
+	if err != nil {
+		t.Fatalf("relayed viewer: %v\n%s", err, a.LogTail(3000))
+	}
+	t.Logf("relay-only from another network: %d frames, pair %s/%s over %s", r.Frames, r.LocalCandidateType, r.RemoteCandidateType, r.RelayProtocol)
+	if r.LocalCandidateType != "relay" || r.RelayProtocol != "udp" || r.Frames < 10 {
+		t.Errorf("want a relay over UDP with video, got %+v", r)
+	}
+}
