@@ -35,14 +35,9 @@ func figures(t *testing.T, ctx context.Context, a *harness.Appliance) processFig
 			f.chromium++
 		}
 	}
-	ents, _ := os.ReadDir(os.TempDir())
-	for _, e := range ents {
-		// What the appliance makes: Chromium profiles and session
-		// download dirs (not other tests' build dirs).
-		if strings.HasPrefix(e.Name(), "tabcast-chromium-") || strings.HasPrefix(e.Name(), "tabcast-downloads-") {
-			f.tempDirs++
-		}
-	}
+	// The appliance's own TMPDIR: Chromium profiles, session download dirs.
+	ents, _ := os.ReadDir(a.TempDir)
+	f.tempDirs = len(ents)
 	return f
 }
 

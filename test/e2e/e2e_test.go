@@ -184,8 +184,10 @@ func TestPanelPlaysLiveVideo(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("%s: %d frames decoded in the first 5 s after connecting", codec, n)
-			if n < 48 {
-				t.Errorf("%s: %d frames decoded within 5 s of connecting, want >= 48", codec, n)
+			// Live video at video.fps 24 decodes 60+ here; 40 leaves room
+			// for a busy 2-core machine (the rate is a benchmark figure).
+			if n < 40 {
+				t.Errorf("%s: %d frames decoded within 5 s of connecting, want >= 40", codec, n)
 			}
 			size, err := chromedp.Run(bctx, chromedp.Evaluate[[]int](videoSize))
 			if err != nil {

@@ -94,7 +94,7 @@ func TestSessionsAreIsolated(t *testing.T) {
 		}
 	}
 	// The dir goes with the session.
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "tabcast-downloads-"+sa.ID+"-*"))
+	dirs, _ := filepath.Glob(filepath.Join(a.TempDir, "tabcast-downloads-"+sa.ID+"-*"))
 	if len(dirs) != 1 {
 		t.Fatalf("session A's download dir: %v", dirs)
 	}

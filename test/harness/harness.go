@@ -62,6 +62,8 @@ type Appliance struct {
 	// Token is the agent CLI token the appliance wrote at first start (an
 	// admin's): Do sends it.
 	Token string
+	// TempDir is the appliance's TMPDIR (Chromium profiles, download dirs).
+	TempDir string
 	// DataDir is the appliance's server.dataDir.
 	DataDir string
 	// UsersFile is the auth-local users file; AdminPassword is the
@@ -147,10 +149,17 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 	// tabcast refuses TABCAST_* variables that name no config key, and the
 	// test runner's own (TABCAST_BIN) are not config.
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TABCAST_") {
+		if !strings.HasPrefix(kv, "TABCAST_") && !strings.HasPrefix(kv, "TMPDIR=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	// Its own temp dir: what it leaves behind is countable, apart from
+	// other tests' and appliances'.
+	tmp := filepath.Join(logDir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
 	logPath := filepath.Join(logDir, "tabcast.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -166,7 +175,7 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 		logf.Close()
 		return nil, err
 	}
-	a := &Appliance{Cmd: cmd, LogPath: logPath, done: make(chan struct{}), DataDir: dataDir,
+	a := &Appliance{Cmd: cmd, LogPath: logPath, done: make(chan struct{}), DataDir: dataDir, TempDir: tmp,
 		UsersFile: usersFile, Client: &http.Client{Timeout: 2 * time.Minute}}
 	if !o.NoUsers {
 		a.AdminPassword = AdminPassword
