@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/appliance/config"
+	"github.com/tabcast/tabcast/core/httpapi"
 	"github.com/tabcast/tabcast/core/signaling"
 	"github.com/tabcast/tabcast/core/supervisor"
 	"github.com/tabcast/tabcast/plugins"
@@ -132,5 +133,37 @@ func iceServers(h *supervisor.Handle, ttl time.Duration) func(ctx context.Contex
 			}
 		}
 		return []signaling.ICEServer{{URLs: cred.URLs, Username: cred.Username, Credential: cred.Password}}, revoke, nil
+	}
+}
+
+// relayMetrics are the relay's counters for /metrics (none when it does
+// not answer within a second).
+func relayMetrics(h *supervisor.Handle) func(ctx context.Context) []httpapi.Metric {
+	return func(ctx context.Context) []httpapi.Metric {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		c, _, err := h.Client(ctx)
+		if err != nil {
+			return nil
+		}
+		r, ok := c.(turn.Relay)
+		if !ok {
+			return nil
+		}
+		st, err := r.Status(ctx)
+		if err != nil {
+			return nil
+		}
+		return []httpapi.Metric{
+			{Name: "tabcast_turn_allocations", Type: "gauge", Help: "TURN allocations open now.", Value: float64(st.AllocationsActive)},
+			{Name: "tabcast_turn_allocations_total", Type: "counter", Help: "TURN allocations made.", Value: float64(st.AllocationsTotal)},
+			{Name: "tabcast_turn_auth_failures_total", Type: "counter", Help: "TURN requests with refused credentials (unknown, expired, revoked, wrong HMAC).", Value: float64(st.AuthFailures)},
+			{Name: "tabcast_turn_denies_total", Type: "counter", Help: "TURN permissions refused by the peer policy.", Value: float64(st.PermissionDenies)},
+			{Name: "tabcast_turn_quota_rejects_total", Type: "counter", Help: "TURN allocations refused for a quota (486).", Value: float64(st.QuotaRejects)},
+			{Name: "tabcast_turn_policy_drops_total", Type: "counter", Help: "Relayed datagrams dropped: not to or from the appliance's media port.", Value: float64(st.PolicyDrops)},
+			{Name: "tabcast_turn_bandwidth_drops_total", Type: "counter", Help: "Relayed datagrams dropped over a bandwidth cap.", Value: float64(st.BandwidthDrops)},
+			{Name: "tabcast_turn_relayed_bytes_total", Type: "counter", Help: "Bytes relayed.", Value: float64(st.RelayedBytes)},
+			{Name: "tabcast_turn_credentials_live", Type: "gauge", Help: "TURN credentials minted and not yet expired or revoked.", Value: float64(st.CredentialsLive)},
+		}
 	}
 }

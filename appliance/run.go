@@ -229,7 +229,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	srv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			Sessions: a.sessions, Signal: a.signal, Panel: web.FS, Status: a.status, Ready: a.ready, Plugins: a.pluginMetrics,
-			Auth: a.gate.opts, Agent: a.agents, Logger: log.With("component", "http"),
+			Auth: a.gate.opts, Agent: a.agents, Metrics: a.extraMetrics, Logger: log.With("component", "http"),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
@@ -346,6 +346,14 @@ func (a *appliance) status() any {
 		// For operators and the leak tests: these must not grow with use.
 		"process": map[string]any{"goroutines": runtime.NumGoroutine(), "openFiles": len(fds)},
 	}
+}
+
+// extraMetrics are samples from the relay, if it runs.
+func (a *appliance) extraMetrics(ctx context.Context) []httpapi.Metric {
+	if a.relay == nil {
+		return nil
+	}
+	return relayMetrics(a.relay)(ctx)
 }
 
 func (a *appliance) pluginMetrics() []httpapi.PluginMetric {

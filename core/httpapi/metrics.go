@@ -2,12 +2,12 @@ package httpapi
 
 import (
 	"fmt"
-	"github.com/tabcast/tabcast/core/access"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/tabcast/tabcast/core/access"
 	"github.com/tabcast/tabcast/core/session"
 )
 
@@ -17,6 +17,13 @@ type PluginMetric struct {
 	State      string
 	Generation uint64
 	Restarts   int
+}
+
+// Metric is one unlabelled sample from elsewhere in the appliance (e.g.
+// the relay's counters).
+type Metric struct {
+	Name, Type, Help string
+	Value            float64
 }
 
 // metrics writes the Prometheus text exposition format. Label values are
@@ -82,6 +89,12 @@ func (a *api) metrics(w http.ResponseWriter, r *http.Request) {
 		help(&b, "tabcast_plugin_restarts_total", "counter", "Plugin restarts.")
 		for _, p := range plugs {
 			fmt.Fprintf(&b, "tabcast_plugin_restarts_total{plugin=%q} %d\n", p.Name, p.Restarts)
+		}
+	}
+	if a.o.Metrics != nil {
+		for _, m := range a.o.Metrics(r.Context()) {
+			help(&b, m.Name, m.Type, m.Help)
+			fmt.Fprintf(&b, "%s %s\n", m.Name, strconv.FormatFloat(m.Value, 'f', -1, 64))
 		}
 	}
 	_, _ = io.WriteString(w, b.String())

@@ -41,6 +41,8 @@ type Options struct {
 	// Ready reports nil when the appliance can serve sessions.
 	Ready func() error
 	Auth  AuthOptions
+	// Metrics adds samples to /metrics (it must answer fast).
+	Metrics func(ctx context.Context) []Metric
 	// Agent serves the agent command API; nil = none.
 	Agent  *agent.Service
 	Logger *slog.Logger

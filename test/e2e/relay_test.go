@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func TestRelayOnlyOnLoopback(t *testing.T) {
 	a, s := startWithSession(t, p.URL+"/anim", append(sets, "webrtc.relayOnly=true")...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: s.ID, Codec: "vp8", For: 3 * time.Second,
+	r, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: s.ID, Codec: "vp8", For: 5 * time.Second,
 		ICETransportPolicy: "relay", Interfaces: []string{"lo"}})
 	if err != nil {
 		t.Fatalf("relayed viewer: %v\n%s", err, a.LogTail(3000))
@@ -69,6 +70,14 @@ func TestRelayOnlyOnLoopback(t *testing.T) {
 	t.Logf("relayed viewer: %d frames, pair %s/%s over %s, first frame after %v", r.Frames, r.LocalCandidateType, r.RemoteCandidateType, r.RelayProtocol, r.FirstFrame)
 	if r.WelcomeICEServers == 0 || r.LocalCandidateType != "relay" || r.Frames < 10 {
 		t.Errorf("relay-only: %+v", r)
+	}
+	var metrics string
+	if err := a.DoRaw(ctx, "GET", "/metrics", &metrics); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^tabcast_turn_allocations_total (\d+)`).FindStringSubmatch(metrics)
+	if m == nil || m[1] == "0" {
+		t.Errorf("/metrics: tabcast_turn_allocations_total missing or 0:\n%s", metrics)
 	}
 	logs, _ := os.ReadFile(a.LogPath)
 	for _, secret := range []string{`"credential"`, "turn-secret-"} {
@@ -106,7 +115,7 @@ func TestRelayOverTCPFromAnotherNetwork(t *testing.T) {
 	ns.BlockUDP(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	out, err := ns.Exec(ctx, tcviewer, "--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8", "--for", "3s",
+	out, err := ns.Exec(ctx, tcviewer, "--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8", "--for", "5s",
 		"--ca-file", filepath.Join(a.DataDir, "tls-cert.pem"), "--timeout", "60s").Output()
 	if err != nil {
 		var stderr []byte
@@ -149,7 +158,7 @@ func TestRelayOnlyFromAnotherNetwork(t *testing.T) {
 		t.Fatalf("build tcviewer: %v\n%s", err, out)
 	}
 	watch := func(extra ...string) (viewer.Result, error) {
-		args := append([]string{"--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8", "--for", "3s",
+		args := append([]string{"--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8", "--for", "5s",
 			"--ca-file", filepath.Join(a.DataDir, "tls-cert.pem"), "--timeout", "20s"}, extra...)
 		out, err := ns.Exec(ctx, tcviewer, args...).Output()
 		var r viewer.Result
