@@ -105,6 +105,7 @@ func doctor(ctx context.Context, cfg *config.Config, stderr io.Writer) []check {
 		}
 	}
 	out = append(out, authChecks(ctx, cfg, sup, dir)...)
+	out = append(out, turnChecks(ctx, cfg, sup, dir)...)
 	return append(out, tlsCheck(cfg))
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +24,9 @@ func tabcast(t *testing.T, args ...string) (string, int) {
 	if err := os.WriteFile(cfg, []byte("{}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(bin, "tabcast"), append(args, "--config", cfg, "--set", "plugins.dir="+bin)...)
+	data := t.TempDir()
+	cmd := exec.Command(filepath.Join(bin, "tabcast"), append(args, "--config", cfg, "--set", "plugins.dir="+bin,
+		"--set", "server.dataDir="+data, "--set", "plugins.config.turnd.secretFile="+filepath.Join(data, "turn-secret"))...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "TABCAST_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -42,7 +45,10 @@ func tabcast(t *testing.T, args ...string) (string, int) {
 // TestDoctor checks the machine the way an operator would: every check
 // passes here (hardware encoders are informational without a GPU).
 func TestDoctor(t *testing.T) {
-	out, code := tabcast(t, "doctor", "--json", "--listen", "127.0.0.1:0")
+	turnPort, mediaPort := freePort(t, "127.0.0.1"), freePort(t, "127.0.0.1")
+	out, code := tabcast(t, "doctor", "--json", "--listen", "127.0.0.1:0", "--set", fmt.Sprintf("webrtc.udpPort=%d", mediaPort),
+		"--set", fmt.Sprintf("plugins.config.turnd.listenUDP=127.0.0.1:%d", turnPort), "--set", fmt.Sprintf("plugins.config.turnd.listenTCP=127.0.0.1:%d", turnPort),
+		"--set", "plugins.config.turnd.relayAddress=127.0.0.1")
 	var rep struct {
 		OK     bool `json:"ok"`
 		Checks []struct {
@@ -64,6 +70,10 @@ func TestDoctor(t *testing.T) {
 		"encoder libx264": "ok", "encoder libvpx": "ok", "codecs": "ok",
 		// No GPU here: reported, with a hint, and not a failure.
 		"encoder h264_vaapi": "warn", "encoder h264_nvenc": "warn",
+		// The relay allocates through each listener and refuses a private peer.
+		"plugin turnd": "ok",
+		fmt.Sprintf("turn turn:127.0.0.1:%d?transport=udp", turnPort): "ok",
+		fmt.Sprintf("turn turn:127.0.0.1:%d?transport=tcp", turnPort): "ok",
 	} {
 		if seen[check] != want {
 			t.Errorf("check %q: %q, want %q\n%s", check, seen[check], want, out)
