@@ -131,6 +131,20 @@ async function pickSession() {
   return s;
 }
 
+// applyICEServers adds the TURN servers (and the relay-only policy) a
+// welcome or a restart offer carries to the peer connection.
+function applyICEServers(pc, msg) {
+  if (!Array.isArray(msg.iceServers) || msg.iceServers.length === 0) return;
+  const cfg = pc.getConfiguration();
+  cfg.iceServers = msg.iceServers.map((s) => ({ urls: s.urls, username: s.username, credential: s.credential }));
+  if (msg.iceTransportPolicy === "relay") cfg.iceTransportPolicy = "relay";
+  try {
+    pc.setConfiguration(cfg);
+  } catch (err) {
+    tabcast.errors.push(`ice servers: ${err.message || err}`);
+  }
+}
+
 function showSession(s) {
   tabcast.session = s.id;
   ui.title.textContent = s.title || s.id;
@@ -398,11 +412,15 @@ function connect(gen) {
       case "welcome":
         tabcast.codec = msg.codec;
         tabcast.peerId = msg.peerId;
+        // The appliance's relay, with a credential for this peer only.
+        applyICEServers(pc, msg);
         // New peer, new grant: sequence numbers start over.
         input.start(msg);
         setStatus(`Negotiating ${msg.codec}…`);
         break;
       case "offer": {
+        // An ICE restart brings fresh relay credentials with its offer.
+        applyICEServers(pc, msg);
         await pc.setRemoteDescription({ type: "offer", sdp: msg.sdp });
         const answer = await pc.createAnswer();
         await pc.setLocalDescription(answer);

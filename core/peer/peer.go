@@ -514,6 +514,31 @@ func (p *Peer) CreateOffer() (string, error) {
 	return offer.SDP, nil
 }
 
+// State is the peer connection's state.
+func (p *Peer) State() webrtc.PeerConnectionState { return p.pc.ConnectionState() }
+
+// RestartICE makes a new offer with fresh ICE credentials for a peer
+// whose connection failed; the viewer answers it like the first one.
+func (p *Peer) RestartICE() (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return "", ErrClosed
+	}
+	if !p.answered {
+		return "", fmt.Errorf("restart ice: no answer yet: %w", ErrBadState)
+	}
+	offer, err := p.pc.CreateOffer(&webrtc.OfferOptions{ICERestart: true})
+	if err != nil {
+		return "", fmt.Errorf("restart ice: %w", err)
+	}
+	if err := p.pc.SetLocalDescription(offer); err != nil {
+		return "", fmt.Errorf("restart ice: set local description: %w", err)
+	}
+	p.answered = false
+	return offer.SDP, nil
+}
+
 // SetAnswer applies the viewer's answer.
 func (p *Peer) SetAnswer(sdpText string) error {
 	if len(sdpText) > MaxSDPSize {

@@ -201,6 +201,9 @@ type conn struct {
 	sessionID string
 	viewer    Viewer
 	revokeICE func() // ends this peer's TURN credentials
+	restarted bool   // the one ICE restart was tried
+	iceGen    uint64 // generation of the relay credentials (connGen, then +1 per restart)
+	restarts  atomic.Int32
 	log       *slog.Logger
 	out       chan outFrame
 
@@ -263,7 +266,7 @@ func (c *conn) run() {
 		release()
 	}
 	_ = c.ws.CloseNow()
-	attrs := []any{"reason", reason, "codec", codec, "duration", time.Since(start).Round(time.Millisecond)}
+	attrs := []any{"reason", reason, "codec", codec, "duration", time.Since(start).Round(time.Millisecond), "ice_restarts", c.restarts.Load()}
 	if p != nil {
 		attrs = append(attrs, "peer", p.ID(), "bytes_sent", stats.BytesSent, "plis", stats.PLIs)
 		if p.Interactive() {
@@ -490,6 +493,9 @@ func (c *conn) hello(m Message) error {
 	}
 	if c.h.o.ICEServers != nil {
 		ictx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+		c.mu.Lock()
+		c.iceGen = connGen
+		c.mu.Unlock()
 		servers, revoke, err := c.h.o.ICEServers(ictx, c.viewer, c.sessionID, p.ID(), connGen)
 		cancel()
 		if err != nil {
@@ -598,7 +604,35 @@ func (c *conn) peerState(s webrtc.PeerConnectionState) {
 		codec := c.codec
 		c.mu.Unlock()
 		c.media.RequestKeyframe(codec)
-	case webrtc.PeerConnectionStateFailed, webrtc.PeerConnectionStateClosed:
+	case webrtc.PeerConnectionStateDisconnected:
+		// Silent for a while: restart ICE before it is declared failed
+		// (3 s + 7 s), so a relay that restarted costs seconds, not ten.
+		go func() {
+			t := time.NewTimer(restartAfter)
+			defer t.Stop()
+			select {
+			case <-c.ctx.Done():
+			case <-t.C:
+				c.mu.Lock()
+				p := c.peer
+				c.mu.Unlock()
+				if p != nil && p.State() == webrtc.PeerConnectionStateDisconnected && c.claimRestart() {
+					c.restartICE()
+				}
+			}
+		}()
+	case webrtc.PeerConnectionStateFailed:
+		// One ICE restart with fresh relay credentials (a relay that
+		// restarted, a path that changed); if that fails too, the viewer
+		// reconnects from scratch.
+		if c.claimRestart() {
+			go c.restartICE()
+			return
+		}
+		c.log.Info("peer ended", "state", s.String())
+		c.endInput("peer " + s.String())
+		c.closeWith(websocket.StatusNormalClosure, "peer "+s.String())
+	case webrtc.PeerConnectionStateClosed:
 		c.log.Info("peer ended", "state", s.String())
 		c.endInput("peer " + s.String())
 		c.closeWith(websocket.StatusNormalClosure, "peer "+s.String())
@@ -689,6 +723,78 @@ func (c *conn) writer() {
 			}
 		}
 	}
+}
+
+// restartICE re-offers with ICE restart and new relay credentials (the
+// next generation of this peer's scope; the old ones are revoked once the
+// new offer is out). The viewer has restartWait to reconnect.
+func (c *conn) restartICE() {
+	c.mu.Lock()
+	p := c.peer
+	c.iceGen++
+	gen := c.iceGen
+	oldRevoke := c.revokeICE
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	msg := offerMsg{Type: TypeOffer, Restart: true}
+	if c.h.o.ICEServers != nil {
+		ictx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+		servers, revoke, err := c.h.o.ICEServers(ictx, c.viewer, c.sessionID, p.ID(), gen)
+		cancel()
+		if err == nil {
+			msg.ICEServers = servers
+			c.mu.Lock()
+			c.revokeICE = revoke
+			c.mu.Unlock()
+			if oldRevoke != nil {
+				oldRevoke()
+			}
+		}
+	}
+	sdp, err := p.RestartICE()
+	if err != nil {
+		c.log.Info("ice restart failed", "err", err)
+		c.closeWith(websocket.StatusNormalClosure, "peer failed")
+		return
+	}
+	c.mu.Lock()
+	c.phase = phaseOffered
+	c.mu.Unlock()
+	msg.SDP = sdp
+	c.log.Info("ice restart")
+	c.restarts.Add(1)
+	c.send(msg)
+	// Give up when the restart does not connect in time.
+	t := time.NewTimer(restartWait)
+	defer t.Stop()
+	select {
+	case <-c.ctx.Done():
+	case <-t.C:
+		if p.State() != webrtc.PeerConnectionStateConnected {
+			c.log.Info("peer ended", "state", "failed after an ice restart")
+			c.endInput("peer failed")
+			c.closeWith(websocket.StatusNormalClosure, "peer failed")
+		}
+	}
+}
+
+// restartWait bounds an ICE restart; restartAfter is how long a peer may
+// stay disconnected before it gets one.
+const (
+	restartWait  = 10 * time.Second
+	restartAfter = 2 * time.Second
+)
+
+// claimRestart reports whether this connection may still restart ICE (it
+// may once).
+func (c *conn) claimRestart() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ok := !c.restarted && !c.closing
+	c.restarted = true
+	return ok
 }
 
 // pushSnapshots sends the session snapshot whenever its revision moves,

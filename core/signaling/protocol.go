@@ -298,6 +298,9 @@ type ICEServer struct {
 type offerMsg struct {
 	Type string `json:"type"`
 	SDP  string `json:"sdp"`
+	// An ICE restart's offer carries fresh relay credentials.
+	ICEServers []ICEServer `json:"iceServers,omitempty"`
+	Restart    bool        `json:"restart,omitempty"`
 }
 
 type candidateMsg struct {

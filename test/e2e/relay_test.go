@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -175,5 +177,77 @@ func TestRelayOnlyFromAnotherNetwork(t *testing.T) {
 	t.Logf("relay-only from another network: %d frames, pair %s/%s over %s", r.Frames, r.LocalCandidateType, r.RemoteCandidateType, r.RelayProtocol)
 	if r.LocalCandidateType != "relay" || r.RelayProtocol != "udp" || r.Frames < 10 {
 		t.Errorf("want a relay over UDP with video, got %+v", r)
+	}
+}
+
+// TestRelayedViewerSurvivesARelayCrash: turnd is killed while a relayed
+// viewer watches; the supervisor restarts it, the appliance restarts ICE
+// with fresh credentials, and the picture is back within 10 s.
+func TestRelayedViewerSurvivesARelayCrash(t *testing.T) {
+	p := pages(t)
+	sets, _ := relaySets(t, "127.0.0.1")
+	a, s := startWithSession(t, p.URL+"/anim", append(sets, "webrtc.relayOnly=true")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var arrivals []time.Time
+	var killed time.Time
+	go func() {
+		// Kill the relay once video flows.
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			mu.Lock()
+			n := len(arrivals)
+			mu.Unlock()
+			if n < 10 {
+				continue
+			}
+			for _, pid := range harness.Descendants(a.Cmd.Process.Pid) {
+				if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == "turnd" {
+					mu.Lock()
+					killed = time.Now()
+					mu.Unlock()
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					return
+				}
+			}
+		}
+	}()
+	r, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: s.ID, Codec: "vp8", For: 25 * time.Second,
+		ICETransportPolicy: "relay", Interfaces: []string{"lo"},
+		OnFrame: func(f viewer.Frame) {
+			mu.Lock()
+			arrivals = append(arrivals, f.Arrived)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatalf("watch: %v\n%s", err, a.LogTail(3000))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if killed.IsZero() {
+		t.Fatal("turnd was never killed")
+	}
+	var back time.Time
+	for _, at := range arrivals {
+		if at.After(killed.Add(500 * time.Millisecond)) {
+			back = at
+			break
+		}
+	}
+	if back.IsZero() {
+		t.Fatalf("no frame after the relay was killed (%d frames before; restarts %d)\n%s", len(arrivals), r.ICERestarts, a.LogTail(3000))
+	}
+	gap := back.Sub(killed)
+	t.Logf("relay killed: picture back after %v, %d ICE restart(s), %d frames in all", gap.Round(time.Millisecond), r.ICERestarts, len(arrivals))
+	if gap > 10*time.Second {
+		t.Errorf("the picture came back %v after the relay crash, want within 10 s", gap)
+	}
+	if r.ICERestarts < 1 {
+		t.Errorf("no ICE restart offer after the relay crash")
 	}
 }

@@ -57,6 +57,8 @@ type Result struct {
 	RemoteAddress string `json:"remoteAddress,omitempty"`
 	// WelcomeICEServers is how many ICE servers the welcome message carried.
 	WelcomeICEServers int `json:"welcomeIceServers,omitempty"`
+	// ICERestarts counts the appliance's ICE restart offers.
+	ICERestarts int `json:"iceRestarts,omitempty"`
 }
 
 // Options for Watch.
@@ -97,6 +99,7 @@ type Options struct {
 type message struct {
 	Type       string                   `json:"type"`
 	ICEServers []wireICEServer          `json:"iceServers,omitempty"`
+	Restart    bool                     `json:"restart,omitempty"`
 	SDP        string                   `json:"sdp,omitempty"`
 	Codec      string                   `json:"codec,omitempty"`
 	Codecs     []string                 `json:"codecs,omitempty"`
@@ -251,6 +254,20 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 				res.WelcomeICEServers = len(m.ICEServers)
 				mu.Unlock()
 			case "offer":
+				if len(m.ICEServers) > 0 && !o.IgnoreWelcomeICE {
+					// An ICE restart brings fresh relay credentials.
+					cfg := pc.GetConfiguration()
+					cfg.ICEServers = append(append([]webrtc.ICEServer(nil), o.ICEServers...), toICEServers(m.ICEServers)...)
+					if err := pc.SetConfiguration(cfg); err != nil {
+						sigErr <- fmt.Errorf("ice servers from a restart offer: %w", err)
+						return
+					}
+				}
+				if m.Restart {
+					mu.Lock()
+					res.ICERestarts++
+					mu.Unlock()
+				}
 				if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: m.SDP}); err != nil {
 					sigErr <- err
 					return
