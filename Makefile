@@ -10,7 +10,7 @@ PROTOS  := base capture encoder auth turn
 APT_PKGS := chromium libavcodec-dev libavformat-dev libavutil-dev libswscale-dev \
             libavfilter-dev libavdevice-dev libswresample-dev pkg-config ffmpeg \
             protobuf-compiler ca-certificates \
-            iproute2 nftables iptables
+            iproute2 nftables iptables coturn
 # Package tests run one at a time: several suites start Chromium and encode
 # video, and on a 2-core box running them side by side only makes each
 # slower and their deadlines noisier.
@@ -26,7 +26,10 @@ deps: ## install the Debian packages Tabcast needs (idempotent)
 	if [ -z "$$missing" ]; then echo "deps: all present"; exit 0; fi; \
 	cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$(echo $$missing)"; \
 	if [ "$$(id -u)" != 0 ]; then echo "deps: missing: $$missing"; echo "deps: run as root: $$cmd"; exit 1; fi; \
-	echo "deps: installing: $$missing"; eval "$$cmd"
+	echo "deps: installing: $$missing"; eval "$$cmd"; \
+	if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled coturn >/dev/null 2>&1; then \
+	  echo "deps: coturn is only the benchmark's baseline: stopping its service (it would hold 3478)"; \
+	  systemctl disable --now coturn >/dev/null 2>&1 || true; fi
 
 build: ## build tabcast and every plugin into bin/
 	@mkdir -p $(BIN)

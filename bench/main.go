@@ -59,17 +59,21 @@ type report struct {
 	Latency   *latencyReport `json:"latency,omitempty"`
 	Sessions  *sessionReport `json:"sessions,omitempty"`
 	Agent     *agentReport   `json:"agent,omitempty"`
+	Turn      *turnReport    `json:"turn,omitempty"`
 }
 
 func main() {
 	name := flag.String("name", "media-720p", "result name: bench/results/<name>.json")
 	dur := flag.Duration("for", 10*time.Second, "how long each codec is watched")
-	only := flag.String("only", "", "run only this part: agent (writes bench/results/agent.json)")
+	only := flag.String("only", "", "run only this part: agent or turn (writes bench/results/<part>.json)")
 	flag.Parse()
 	var err error
-	if *only == "agent" {
+	switch *only {
+	case "agent":
 		err = agentOnly()
-	} else {
+	case "turn":
+		err = turnOnly()
+	default:
 		err = run(*name, *dur)
 	}
 	if err != nil {
@@ -97,6 +101,9 @@ func run(name string, dur time.Duration) error {
 	}
 	if rep.Agent, err = agentBench(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: agent:", err)
+	}
+	if rep.Turn, err = turnBench(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: turn:", err)
 	}
 	a, err := harness.Start(ctx, tmp, "browser.startURL="+page.URL, "video.fps=24", "video.bitrateKbps=2500", "input.allowLoopbackHosts=127.0.0.1")
 	if err != nil {
