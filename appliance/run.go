@@ -217,6 +217,13 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		IdleReclaim: cfg.Sessions.IdleReclaim,
 		// After a Chromium crash the next new session launches a fresh one.
 		Launch: func(ctx context.Context) (session.Browser, error) { return browser.Launch(ctx, bopts) },
+		// Persistent profiles live in the data dir, one Chromium each.
+		ProfileRoot: filepath.Join(cfg.Server.DataDir, "profiles"),
+		LaunchProfile: func(ctx context.Context, dir string) (session.Browser, error) {
+			o := bopts
+			o.ProfileDir = dir
+			return browser.Launch(ctx, o)
+		},
 		Logger: log.With("component", "session"),
 	}, a.browser, a.capture, a.encoder, a.codecs)
 	a.agents = agent.NewService(log.With("component", "agent"))

@@ -40,6 +40,9 @@ var ErrClosed = errors.New("browser closed")
 
 // Options configure Launch.
 type Options struct {
+	// ProfileDir, if set, is a persistent profile (cookies, storage kept
+	// across launches; never removed). Pages use its default context.
+	ProfileDir   string
 	Path         string        // default DefaultPath
 	Headless     bool          // --headless=new
 	NoSandbox    string        // "auto" (only when euid==0, the default), "true", "false"
@@ -95,7 +98,13 @@ func Launch(ctx context.Context, o Options) (*Browser, error) {
 		return nil, fmt.Errorf("browser: temp dir: %w", err)
 	}
 	profile := filepath.Join(rootDir, "profile")
-	if err := os.Mkdir(profile, 0o700); err != nil {
+	if o.ProfileDir != "" {
+		profile = o.ProfileDir
+		// A port file left by an earlier run would point at a dead
+		// endpoint: the new one is read only after Chromium writes it.
+		_ = os.Remove(filepath.Join(profile, "DevToolsActivePort"))
+	}
+	if err := os.MkdirAll(profile, 0o700); err != nil {
 		os.RemoveAll(rootDir)
 		return nil, fmt.Errorf("browser: profile dir: %w", err)
 	}

@@ -25,6 +25,9 @@ type PageOptions struct {
 	URL           string // default about:blank
 	// DownloadDir receives the page's downloads; "" refuses downloads.
 	DownloadDir string
+	// DefaultContext opens the page in the browser's default context (a
+	// persistent profile's) instead of a fresh isolated one.
+	DefaultContext bool
 }
 
 // Page is one tab in its own BrowserContext (cookies, storage and cache are
@@ -63,9 +66,12 @@ func (b *Browser) NewPage(ctx context.Context, o PageOptions) (*Page, error) {
 	}
 
 	no := false
-	bc, err := cdp.Call(ctx, b.cdpBrowser, target.CreateBrowserContext, target.CreateBrowserContextParams{DisposeOnDetach: &no})
-	if err != nil {
-		return nil, fmt.Errorf("browser: create browser context: %w", err)
+	var bc target.CreateBrowserContextResult
+	if !o.DefaultContext {
+		var err error
+		if bc, err = cdp.Call(ctx, b.cdpBrowser, target.CreateBrowserContext, target.CreateBrowserContextParams{DisposeOnDetach: &no}); err != nil {
+			return nil, fmt.Errorf("browser: create browser context: %w", err)
+		}
 	}
 	// Downloads of this context go to its own directory, or nowhere.
 	dl := cdpbrowser.SetDownloadBehaviorParams{Behavior: cdpbrowser.SetDownloadBehaviorBehaviorDeny, BrowserContextID: bc.BrowserContextID}
@@ -220,8 +226,10 @@ func (p *Page) Close(ctx context.Context) error {
 		if _, err := cdp.Call(ctx, p.b.cdpBrowser, target.CloseTarget, target.CloseTargetParams{TargetID: p.targetID}); err != nil && !isGone(err) {
 			errs = append(errs, fmt.Errorf("close target: %w", err))
 		}
-		if _, err := cdp.Call(ctx, p.b.cdpBrowser, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: p.bctxID}); err != nil && !isGone(err) {
-			errs = append(errs, fmt.Errorf("dispose browser context: %w", err))
+		if p.bctxID != "" {
+			if _, err := cdp.Call(ctx, p.b.cdpBrowser, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: p.bctxID}); err != nil && !isGone(err) {
+				errs = append(errs, fmt.Errorf("dispose browser context: %w", err))
+			}
 		}
 		if err := errors.Join(errs...); err != nil {
 			p.closeErr = fmt.Errorf("browser: close page: %w", err)
@@ -237,6 +245,9 @@ func (p *Page) release() {
 }
 
 func (b *Browser) disposeContext(id cdp.BrowserContextID) {
+	if id == "" {
+		return // the default context is the browser's own
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
 	defer cancel()
 	_, _ = cdp.Call(ctx, b.cdpBrowser, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: id})

@@ -22,6 +22,7 @@ const (
 	CodeTimeout            = "timeout"
 	CodeInternal           = "internal"
 	CodeConflict           = "conflict"
+	CodeProfileInUse       = "profile_in_use"
 )
 
 // APIError is the body of every failed API call.
@@ -69,6 +70,10 @@ func fromError(err error) (int, APIError) {
 		return status, APIError{Code: ae.Code, Message: ae.Message, Recoverable: status != http.StatusForbidden}
 	}
 	switch {
+	case errors.Is(err, session.ErrProfileInUse):
+		return http.StatusConflict, APIError{Code: CodeProfileInUse, Message: "that profile is open in another session", Hint: "close it first", Recoverable: true}
+	case errors.Is(err, session.ErrBadProfile):
+		return http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "profile: want 1..32 of a-z 0-9 -"}
 	case errors.Is(err, session.ErrNotFound):
 		return http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such session", Hint: "list sessions with GET /api/v1/sessions"}
 	case errors.Is(err, session.ErrCapacity):

@@ -206,6 +206,8 @@ type createRequest struct {
 	Height int    `json:"height"`
 	// Control: shared (default) or exclusive.
 	Control string `json:"control"`
+	// Profile: a persistent profile of the caller's ("" = ephemeral).
+	Profile string `json:"profile"`
 }
 
 func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
@@ -238,7 +240,7 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height, Owner: principal(r).User, Control: req.Control})
+	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height, Owner: principal(r).User, Control: req.Control, Profile: req.Profile})
 	if err != nil {
 		_, e := fromError(err)
 		a.audit(r, audit.Record{Action: "session.create", Outcome: audit.Failed, Code: e.Code})

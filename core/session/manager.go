@@ -3,10 +3,14 @@ package session
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"sync"
@@ -69,6 +73,11 @@ type Config struct {
 	// DownloadRoot holds each session's own download directory (made at
 	// create, removed at close); "" = the system temp dir.
 	DownloadRoot string
+	// ProfileRoot holds persistent profiles, <owner>/<name>; LaunchProfile
+	// starts a Chromium of its own on one (owned by its session). Without
+	// them, persistent sessions are refused.
+	ProfileRoot   string
+	LaunchProfile func(ctx context.Context, dir string) (Browser, error)
 }
 
 // DefaultTerminalTTL is how long terminal snapshots stay readable.
@@ -84,6 +93,9 @@ type CreateOptions struct {
 	// Control is the control policy: ControlShared (default) or
 	// ControlExclusive.
 	Control string
+	// Profile names a persistent profile of the owner (cookies and storage
+	// kept across sessions and restarts); "" = ephemeral (the default).
+	Profile string
 	// Owner is the user the session belongs to (core/access decides what
 	// that allows); "" for an appliance without users.
 	Owner string
@@ -109,6 +121,7 @@ type Manager struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	order    []string
+	profiles map[string]bool // persistent profiles open now
 }
 
 // NewManager returns a manager. codecs are the codecs the encoder plugin
@@ -126,7 +139,7 @@ func NewManager(cfg Config, b Browser, capturePlugin, encoderPlugin PluginHandle
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, browser: b, capture: capturePlugin, encoder: encoderPlugin,
-		codecs: codecs, ctx: ctx, cancel: cancel, sessions: map[string]*Session{},
+		codecs: codecs, ctx: ctx, cancel: cancel, sessions: map[string]*Session{}, profiles: map[string]bool{},
 	}
 	m.wg.Add(2)
 	go m.watchBrowser(b)
@@ -160,13 +173,17 @@ func (m *Manager) watchBrowser(b Browser) {
 		return
 	case <-b.Done():
 	}
-	m.log.Error("browser exited; failing its sessions")
 	var wg sync.WaitGroup
+	logged := false
 	for _, s := range m.live() {
 		s.mu.Lock()
-		mine := s.browser == b
+		mine := s.browser == b && s.state != StateClosing
 		s.mu.Unlock()
 		if mine {
+			if !logged {
+				m.log.Error("browser exited; failing its sessions")
+				logged = true
+			}
 			// In parallel: each close waits for its own goroutines, and
 			// every session must show its terminal state at once.
 			wg.Add(1)
@@ -297,7 +314,15 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	m.order = append(m.order, id)
 	m.mu.Unlock()
 
-	b, err := m.currentBrowser(ctx)
+	var (
+		b   Browser
+		err error
+	)
+	if o.Profile != "" {
+		b, err = m.profileBrowser(ctx, s, o.Owner, o.Profile)
+	} else {
+		b, err = m.currentBrowser(ctx)
+	}
 	if err != nil {
 		cancel()
 		m.remove(id)
@@ -310,14 +335,16 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	if err != nil {
 		cancel()
 		m.remove(id)
+		s.closeOwnBrowser()
 		return nil, fmt.Errorf("%w: download dir: %v", ErrUnavailable, err)
 	}
 	s.downloads = dl
-	page, err := b.NewPage(ctx, browser.PageOptions{Width: o.Width, Height: o.Height, URL: o.URL, DownloadDir: dl})
+	page, err := b.NewPage(ctx, browser.PageOptions{Width: o.Width, Height: o.Height, URL: o.URL, DownloadDir: dl, DefaultContext: o.Profile != ""})
 	if err != nil {
 		cancel()
 		m.remove(id)
 		_ = os.RemoveAll(dl)
+		s.closeOwnBrowser()
 		return nil, fmt.Errorf("%w: new page: %v", ErrUnavailable, err)
 	}
 	exec, err := input.New(page, m.cfg.Input, input.Events{
@@ -328,6 +355,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		_ = page.Close(ctx)
 		m.remove(id)
 		_ = os.RemoveAll(dl)
+		s.closeOwnBrowser()
 		return nil, fmt.Errorf("%w: input: %v", ErrUnavailable, err)
 	}
 	s.mu.Lock()
@@ -338,6 +366,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		exec.Close()
 		_ = page.Close(ctx)
 		_ = os.RemoveAll(dl)
+		s.closeOwnBrowser()
 		return nil, fmt.Errorf("%w: session %s while starting", ErrUnavailable, st)
 	}
 	s.page = page
@@ -355,6 +384,53 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	}
 	s.log.Info("session ready", "width", o.Width, "height", o.Height)
 	return s, nil
+}
+
+// profileName is the form of a persistent profile's name.
+var profileName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// ErrProfileInUse: the profile is open in another session.
+var ErrProfileInUse = errors.New("session: the profile is open in another session")
+
+// profileBrowser launches a Chromium of the session's own on the owner's
+// persistent profile; one session per profile at a time. The session
+// closes it (and frees the profile) when it ends.
+func (m *Manager) profileBrowser(ctx context.Context, s *Session, owner, name string) (Browser, error) {
+	if m.cfg.LaunchProfile == nil || m.cfg.ProfileRoot == "" {
+		return nil, fmt.Errorf("%w: persistent profiles are not configured", ErrUnavailable)
+	}
+	if !profileName.MatchString(name) {
+		return nil, fmt.Errorf("%w: profile name %q: want [a-z0-9-], 1..32", ErrBadProfile, name)
+	}
+	// The owner's name is hashed into the path: any user name is a safe
+	// directory, and one user never reaches another's profiles.
+	sum := sha256.Sum256([]byte(owner))
+	key := hex.EncodeToString(sum[:8]) + "/" + name
+	m.mu.Lock()
+	if m.profiles[key] {
+		m.mu.Unlock()
+		return nil, ErrProfileInUse
+	}
+	m.profiles[key] = true
+	m.mu.Unlock()
+	release := func() {
+		m.mu.Lock()
+		delete(m.profiles, key)
+		m.mu.Unlock()
+	}
+	b, err := m.cfg.LaunchProfile(ctx, filepath.Join(m.cfg.ProfileRoot, key))
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("%w: launch the profile's browser: %v", ErrUnavailable, err)
+	}
+	s.mu.Lock()
+	s.profile, s.ownBrowser, s.releaseProfile = name, b, release
+	s.mu.Unlock()
+	m.mu.Lock() // wg.Add must not race Shutdown's Wait
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go m.watchBrowser(b) // a crash fails only this session
+	return b, nil
 }
 
 func (m *Manager) remove(id string) {

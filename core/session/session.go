@@ -53,6 +53,7 @@ var (
 	ErrCodec       = errors.New("codec not available")
 	ErrUnavailable = errors.New("browser unavailable")
 	ErrNotReady    = errors.New("session not ready")
+	ErrBadProfile  = errors.New("bad profile")
 )
 
 var netErrRE = regexp.MustCompile(`net::ERR_[A-Z_]+`)
@@ -74,22 +75,25 @@ type Session struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu            sync.Mutex
-	browser       Browser   // the Chromium holding page; set once in Create
-	ended         time.Time // when the session became terminal
-	state         State
-	reason        string
-	url, title    string
-	pipes         map[string]*pipeline
-	viewers       int
-	captureCancel context.CancelFunc
-	captureDone   chan struct{}
-	downloads     string  // this session's download dir; removed at close
-	owner         string  // fixed at Create
-	ho            handoff // control policy, holder, requests for a person
-	snapKey       string  // what Snapshot last showed, for Revision
-	snapRev       uint64
-	invited       []string // users invited to watch, sorted
+	mu             sync.Mutex
+	browser        Browser   // the Chromium holding page; set once in Create
+	ended          time.Time // when the session became terminal
+	state          State
+	reason         string
+	url, title     string
+	pipes          map[string]*pipeline
+	viewers        int
+	captureCancel  context.CancelFunc
+	captureDone    chan struct{}
+	downloads      string  // this session's download dir; removed at close
+	profile        string  // persistent profile name, "" = ephemeral
+	ownBrowser     Browser // the profile's Chromium, closed with the session
+	releaseProfile func()  // frees the profile for the next session
+	owner          string  // fixed at Create
+	ho             handoff // control policy, holder, requests for a person
+	snapKey        string  // what Snapshot last showed, for Revision
+	snapRev        uint64
+	invited        []string // users invited to watch, sorted
 
 	done chan struct{} // closed when the session starts closing
 
@@ -200,6 +204,23 @@ func (s *Session) OpenDownload(name string) (*os.File, error) {
 		return nil, ErrNoDownload
 	}
 	return f, nil
+}
+
+// closeOwnBrowser stops the Chromium of a persistent profile and frees the
+// profile (no-op for an ephemeral session).
+func (s *Session) closeOwnBrowser() {
+	s.mu.Lock()
+	own, release := s.ownBrowser, s.releaseProfile
+	s.ownBrowser, s.releaseProfile = nil, nil
+	s.mu.Unlock()
+	if own != nil {
+		if err := own.Close(); err != nil {
+			s.log.Debug("close the profile's browser", "err", err)
+		}
+	}
+	if release != nil {
+		release()
+	}
 }
 
 // Thumbnail returns the newest captured picture when it is a JPEG (the CDP
@@ -419,6 +440,7 @@ type Snapshot struct {
 	CaptureError   string          `json:"captureError,omitempty"`
 	Pipelines      []PipelineStats `json:"pipelines"`
 	Owner          string          `json:"owner,omitempty"`
+	Profile        string          `json:"profile,omitempty"`
 	Control        Control         `json:"control"`
 	HumanRequests  []HumanRequest  `json:"humanRequests"`
 	// Revision grows whenever the state, page or audience changes.
@@ -435,7 +457,7 @@ func (s *Session) Snapshot() Snapshot {
 		Width: s.width, Height: s.height, CreatedAt: s.created, CaptureMode: "cdp",
 		Codecs: s.m.codecs, Viewers: s.viewers, Producers: s.hub.count(), FramesCaptured: s.framesIn.Load(),
 		CaptureDropped: s.pluginDropped.Load(), BadPluginOut: s.badPluginOut.Load(),
-		Pipelines: []PipelineStats{}, Owner: s.owner, Invited: slices.Clone(s.invited),
+		Pipelines: []PipelineStats{}, Owner: s.owner, Profile: s.profile, Invited: slices.Clone(s.invited),
 	}
 	if s.exec != nil {
 		snap.PageRevision = s.exec.PageRevision()
@@ -530,6 +552,7 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 			s.log.Debug("page close", "err", err)
 		}
 	}
+	s.closeOwnBrowser()
 	if s.downloads != "" {
 		if err := os.RemoveAll(s.downloads); err != nil {
 			s.log.Warn("remove the download dir", "err", err)

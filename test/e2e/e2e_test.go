@@ -50,7 +50,7 @@ document.getElementById('b').style.left=(i*7%1080)+'px';document.getElementById(
 	// and a file served as a download.
 	mux.HandleFunc("/setcookie", func(w http.ResponseWriter, r *http.Request) {
 		v := r.URL.Query().Get("v")
-		http.SetCookie(w, &http.Cookie{Name: "tc", Value: v, Path: "/"})
+		http.SetCookie(w, &http.Cookie{Name: "tc", Value: v, Path: "/", MaxAge: 3600})
 		fmt.Fprintf(w, `<!doctype html><title>set %s</title>`, html.EscapeString(v))
 	})
 	mux.HandleFunc("/cookie", func(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +104,84 @@ func TestSessionsAreIsolated(t *testing.T) {
 	}
 	if _, err := os.Stat(dirs[0]); !os.IsNotExist(err) {
 		t.Errorf("download dir %s left after close: %v", dirs[0], err)
+	}
+}
+
+// TestPersistentProfile: a session on a named profile keeps its cookies
+// for the next session on that profile, across an appliance restart; one
+// session per profile at a time; ephemeral sessions never see them.
+func TestPersistentProfile(t *testing.T) {
+	p := pages(t)
+	logDir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := func() *harness.Appliance {
+		a, err := harness.Start(ctx, logDir, "browser.startURL="+p.URL+"/solid?c=101010", "input.allowLoopbackHosts=127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := start()
+	create := func(a *harness.Appliance, body string) (string, error) {
+		var out struct {
+			Session struct{ ID, Title, Profile string }
+		}
+		err := a.Do(ctx, "POST", "/api/v1/sessions", body, &out)
+		return out.Session.ID, err
+	}
+	// title waits a little for the page title to reach the snapshot.
+	title := func(a *harness.Appliance, id string) string {
+		var last string
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			var out struct{ Session harness.SessionSnapshot }
+			if err := a.Do(ctx, "GET", "/api/v1/sessions/"+id, "", &out); err != nil {
+				t.Fatal(err)
+			}
+			if last = out.Session.Title; strings.HasPrefix(last, "cookie ") {
+				break
+			}
+		}
+		return last
+	}
+	first, err := create(a, `{"url":"`+p.URL+`/setcookie?v=kept","profile":"work"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create(a, `{"url":"`+p.URL+`/cookie","profile":"work"}`); err == nil || !strings.Contains(err.Error(), "profile_in_use") {
+		t.Errorf("a second session on an open profile: %v", err)
+	}
+	if _, err := create(a, `{"profile":"../etc"}`); err == nil || !strings.Contains(err.Error(), "invalid_argument") {
+		t.Errorf("a bad profile name: %v", err)
+	}
+	if err := a.Do(ctx, "DELETE", "/api/v1/sessions/"+first, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	second, err := create(a, `{"url":"`+p.URL+`/cookie","profile":"work"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := title(a, second); got != "cookie kept" {
+		t.Errorf("the next session on the profile: %q, want cookie kept", got)
+	}
+	eph, err := create(a, `{"url":"`+p.URL+`/cookie"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := title(a, eph); got != "cookie none" {
+		t.Errorf("an ephemeral session: %q, want cookie none", got)
+	}
+	if err := a.Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Across a restart of the appliance.
+	a = start()
+	t.Cleanup(func() { _ = a.Stop(15 * time.Second) })
+	third, err := create(a, `{"url":"`+p.URL+`/cookie","profile":"work"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := title(a, third); got != "cookie kept" {
+		t.Errorf("after a restart: %q, want cookie kept", got)
 	}
 }

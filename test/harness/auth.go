@@ -28,7 +28,14 @@ func AddUser(usersFile, name, role, password string) error {
 	}
 	cmd := exec.Command(filepath.Join(bin, "auth-local"), "users", "--file", usersFile, "add", name, "--role", role, "--password-stdin")
 	cmd.Stdin = strings.NewReader(password + "\n")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if err != nil && strings.Contains(string(out), "already exists") {
+		// A restart on the same users file: set the password again.
+		cmd = exec.Command(filepath.Join(bin, "auth-local"), "users", "--file", usersFile, "passwd", name, "--password-stdin")
+		cmd.Stdin = strings.NewReader(password + "\n")
+		out, err = cmd.CombinedOutput()
+	}
+	if err != nil {
 		return fmt.Errorf("auth-local users add %s: %v\n%s", name, err, out)
 	}
 	return nil
