@@ -213,8 +213,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			Codec: cfg.Video.Codec, FPS: cfg.Video.FPS, BitrateKbps: cfg.Video.BitrateKbps,
 			KeyframeInterval: cfg.Video.KeyframeInterval, Hardware: cfg.Video.Hardware,
 		},
-		Input:       inputPolicy(cfg, selfAddr),
-		IdleReclaim: cfg.Sessions.IdleReclaim,
+		Input:         inputPolicy(cfg, selfAddr),
+		IdleReclaim:   cfg.Sessions.IdleReclaim,
+		InputIdleWarn: cfg.Sessions.InputIdleWarn, InputIdleReclaim: cfg.Sessions.InputIdleReclaim,
 		// After a Chromium crash the next new session launches a fresh one.
 		Launch: func(ctx context.Context) (session.Browser, error) { return browser.Launch(ctx, bopts) },
 		// Persistent profiles live in the data dir, one Chromium each.

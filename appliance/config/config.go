@@ -99,6 +99,10 @@ type Sessions struct {
 	// IdleReclaim closes a session nobody watches or drives for this long
 	// (0 = never).
 	IdleReclaim time.Duration `koanf:"idleReclaim"`
+	// InputIdleWarn / InputIdleReclaim: a session nobody acts on is warned,
+	// then closed (0 = never).
+	InputIdleWarn    time.Duration `koanf:"inputIdleWarn"`
+	InputIdleReclaim time.Duration `koanf:"inputIdleReclaim"`
 	// DefaultOwner owns the session opened at start.
 	DefaultOwner string `koanf:"defaultOwner"`
 }

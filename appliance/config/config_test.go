@@ -42,7 +42,8 @@ func wantDefaults() *Config {
 			Width:        1280,
 			Height:       720,
 		},
-		Sessions: Sessions{OpenDefault: true, Max: 4, MaxViewers: 4, IdleReclaim: 2 * time.Minute, DefaultOwner: "admin"},
+		Sessions: Sessions{OpenDefault: true, Max: 4, MaxViewers: 4, IdleReclaim: 2 * time.Minute, DefaultOwner: "admin",
+			InputIdleWarn: 30 * time.Minute, InputIdleReclaim: 35 * time.Minute},
 		Video: Video{
 			Codec:            "auto",
 			FPS:              24,

@@ -131,6 +131,16 @@ func validate(cfg *Config, origin func(string) string) []error {
 
 	c.intRange("sessions.max", cfg.Sessions.Max, 1, 64)
 	c.intRange("sessions.maxViewers", cfg.Sessions.MaxViewers, 1, 64)
+	ss := cfg.Sessions
+	if ss.InputIdleReclaim != 0 {
+		c.durRange("sessions.inputIdleReclaim", ss.InputIdleReclaim, time.Second, 24*time.Hour)
+	}
+	if ss.InputIdleWarn != 0 {
+		c.durRange("sessions.inputIdleWarn", ss.InputIdleWarn, time.Second, 24*time.Hour)
+		if ss.InputIdleReclaim != 0 && ss.InputIdleWarn >= ss.InputIdleReclaim {
+			c.fail("sessions.inputIdleWarn", "must be shorter than sessions.inputIdleReclaim (%s)", ss.InputIdleReclaim)
+		}
+	}
 	if !userNameRE.MatchString(cfg.Sessions.DefaultOwner) {
 		c.fail("sessions.defaultOwner", "invalid user name %q", cfg.Sessions.DefaultOwner)
 	}

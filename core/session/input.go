@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"github.com/tabcast/tabcast/core/action"
 	"sync"
 
 	"github.com/tabcast/tabcast/core/dispatch"
@@ -142,6 +143,9 @@ func (p *Producer) PageRevision() uint64 { return p.s.exec.PageRevision() }
 // stamped from the grant: a client never chooses them.
 func (p *Producer) Submit(e dispatch.Envelope, reply func(dispatch.Ack)) {
 	e.ProducerID, e.ProducerGeneration = p.grant.ID, p.grant.Generation
+	if e.Action.Kind != action.Heartbeat {
+		p.s.noteInput()
+	}
 	p.s.disp.Submit(e, reply)
 }
 

@@ -73,6 +73,11 @@ type Config struct {
 	// DownloadRoot holds each session's own download directory (made at
 	// create, removed at close); "" = the system temp dir.
 	DownloadRoot string
+	// InputIdleWarn and InputIdleReclaim apply to watched sessions: with
+	// no input from anyone for InputIdleWarn the session warns its viewers
+	// (snapshot reclaimAt, state event idle_warning), and for
+	// InputIdleReclaim it closes (idle_reclaimed). 0 = never.
+	InputIdleWarn, InputIdleReclaim time.Duration
 	// ProfileRoot holds persistent profiles, <owner>/<name>; LaunchProfile
 	// starts a Chromium of its own on one (owned by its session). Without
 	// them, persistent sessions are refused.
@@ -293,6 +298,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		pipes: map[string]*pipeline{}, owner: o.Owner,
 	}
 	s.ho.init(o.Control)
+	s.lastInput.Store(time.Now().UnixNano())
 	m.mu.Lock()
 	if m.ctx.Err() != nil { // shutting down: Shutdown will not see this session
 		m.mu.Unlock()
@@ -379,6 +385,14 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		if m.ctx.Err() == nil {
 			m.wg.Add(1)
 			go s.idleLoop(m.cfg.IdleReclaim)
+		}
+		m.mu.Unlock()
+	}
+	if m.cfg.InputIdleReclaim > 0 && !o.KeepIdle {
+		m.mu.Lock()
+		if m.ctx.Err() == nil {
+			m.wg.Add(1)
+			go s.inputIdleLoop(m.cfg.InputIdleWarn, m.cfg.InputIdleReclaim)
 		}
 		m.mu.Unlock()
 	}

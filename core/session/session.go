@@ -104,6 +104,8 @@ type Session struct {
 	slots     atomic.Pointer[[]*frameSlot]
 	lastFrame atomic.Pointer[capture.Frame]
 
+	lastInput     atomic.Int64 // unix ns of the last action by anyone
+	reclaimAt     atomic.Int64 // unix ns the input-idle reclaim is due; 0 = not warned
 	framesIn      atomic.Uint64
 	badPluginOut  atomic.Uint64
 	pluginDropped atomic.Uint64
@@ -443,6 +445,9 @@ type Snapshot struct {
 	Profile        string          `json:"profile,omitempty"`
 	Control        Control         `json:"control"`
 	HumanRequests  []HumanRequest  `json:"humanRequests"`
+	// ReclaimAt is set while the session warns it will be closed for lack
+	// of input.
+	ReclaimAt *time.Time `json:"reclaimAt,omitempty"`
 	// Revision grows whenever the state, page or audience changes.
 	Revision uint64   `json:"revision"`
 	Invited  []string `json:"invited"`
@@ -468,8 +473,12 @@ func (s *Session) Snapshot() Snapshot {
 	// The revision moves whenever what a person sees of the session moves
 	// (not its counters), so panels can tell a new snapshot from a repeat.
 	snap.Control, snap.HumanRequests = s.Control(), s.HumanRequests()
+	if at := s.reclaimAt.Load(); at != 0 {
+		t := time.Unix(0, at).UTC()
+		snap.ReclaimAt = &t
+	}
 	key := fmt.Sprint(snap.State, snap.TerminalReason, snap.URL, snap.Title, snap.Width, snap.Height,
-		snap.Viewers, snap.Producers, snap.PageRevision, snap.CaptureError, snap.Invited, snap.Control, len(snap.HumanRequests))
+		snap.Viewers, snap.Producers, snap.PageRevision, snap.CaptureError, snap.Invited, snap.Control, len(snap.HumanRequests), snap.ReclaimAt != nil)
 	for _, r := range snap.HumanRequests {
 		key += r.ID
 	}
@@ -569,6 +578,43 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	st := s.state
 	s.mu.Unlock()
 	s.log.Info("session ended", "state", st, "reason", reason)
+}
+
+// inputIdleLoop warns, then closes, a session that people watch but nobody
+// (person or agent) has acted on for warn / reclaim: a forgotten tab on a
+// wall screen should not hold a browser forever. Owned like idleLoop.
+func (s *Session) inputIdleLoop(warn, reclaim time.Duration) {
+	defer s.m.wg.Done()
+	t := time.NewTicker(min(max(reclaim/8, 10*time.Millisecond), 10*time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case now := <-t.C:
+			last := time.Unix(0, s.lastInput.Load())
+			idle := now.Sub(last)
+			switch {
+			case idle >= reclaim:
+				s.log.Info("reclaiming a session nobody acts on", "idle", reclaim)
+				s.close(context.Background(), ReasonIdleReclaimed, false)
+				return
+			case warn > 0 && idle >= warn:
+				at := last.Add(reclaim).UTC()
+				if s.reclaimAt.Swap(at.UnixNano()) == 0 {
+					s.hub.publish(StateEvent{Type: "idle_warning", Payload: map[string]any{"reclaimAt": at}}, func(*StateEvent) {})
+				}
+			default:
+				s.reclaimAt.Store(0)
+			}
+		}
+	}
+}
+
+// noteInput records that someone acted (for inputIdleLoop).
+func (s *Session) noteInput() {
+	s.lastInput.Store(time.Now().UnixNano())
+	s.reclaimAt.Store(0)
 }
 
 // idleLoop closes the session once it has had no viewer and no producer

@@ -131,3 +131,53 @@ func TestLifecycleIdleReclaim(t *testing.T) {
 		t.Fatalf("default session after the idle time: %+v %v, want ready", d, err)
 	}
 }
+
+// TestInputIdleReclaim: a watched session nobody acts on is warned, then
+// closed (idle_reclaimed); one an agent keeps acting on stays.
+func TestInputIdleReclaim(t *testing.T) {
+	p := pages(t)
+	a, _ := startWithSession(t, p.URL+"/solid?c=202020", "sessions.idleReclaim=0", "sessions.inputIdleWarn=1s", "sessions.inputIdleReclaim=4s")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	idle, err := postSession(ctx, a, p.URL+"/anim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := postSession(ctx, a, p.URL+"/anim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapOf := func(id string) map[string]any {
+		var out struct{ Session map[string]any }
+		if err := a.Do(ctx, "GET", "/api/v1/sessions/"+id, "", &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.Session
+	}
+	start := time.Now()
+	warned := false
+	for time.Since(start) < 15*time.Second {
+		mustAgent(t, a, busy.ID, map[string]any{"command": "press", "key": "Shift"})
+		s := snapOf(idle.ID)
+		if _, ok := s["reclaimAt"]; ok {
+			warned = true
+		}
+		if s["state"] == "closed" {
+			if s["terminalReason"] != "idle_reclaimed" {
+				t.Errorf("closed with %v, want idle_reclaimed", s["terminalReason"])
+			}
+			t.Logf("reclaimed %v after creation (warned first: %v)", time.Since(start).Round(100*time.Millisecond), warned)
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if s := snapOf(idle.ID); s["state"] != "closed" {
+		t.Fatalf("the idle session is %v after 15 s", s["state"])
+	}
+	if !warned {
+		t.Error("no warning (reclaimAt) before the reclaim")
+	}
+	if s := snapOf(busy.ID); s["state"] != "ready" {
+		t.Errorf("the session an agent acts on is %v, want ready", s["state"])
+	}
+}
