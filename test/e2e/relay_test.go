@@ -175,8 +175,9 @@ func TestRelayOnlyFromAnotherNetwork(t *testing.T) {
 		t.Fatalf("relayed viewer: %v\n%s", err, a.LogTail(3000))
 	}
 	t.Logf("relay-only from another network: %d frames, pair %s/%s over %s", r.Frames, r.LocalCandidateType, r.RemoteCandidateType, r.RelayProtocol)
-	if r.LocalCandidateType != "relay" || r.RelayProtocol != "udp" || r.Frames < 10 {
-		t.Errorf("want a relay over UDP with video, got %+v", r)
+	// The welcome offers the relay over UDP and TCP; either is a relay.
+	if r.LocalCandidateType != "relay" || r.Frames < 10 {
+		t.Errorf("want a relayed pair with video, got %+v", r)
 	}
 }
 

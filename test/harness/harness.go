@@ -155,8 +155,10 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 	}
 	// Its own temp dir: what it leaves behind is countable, apart from
 	// other tests' and appliances'.
-	tmp := filepath.Join(logDir, "tmp")
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
+	// Short: Chromium's singleton socket lives under it, and a Unix socket
+	// path may not exceed 107 bytes (a test's TempDir is too long).
+	tmp, err := os.MkdirTemp("", "tcx")
+	if err != nil {
 		return nil, err
 	}
 	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
@@ -172,6 +174,7 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(tmp)
 		logf.Close()
 		return nil, err
 	}
@@ -202,6 +205,7 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 	go func() {
 		a.waitErr = cmd.Wait()
 		logf.Close()
+		_ = os.RemoveAll(tmp)
 		close(a.done)
 	}()
 	select {
