@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/tabcast/tabcast/plugins/atomicfile"
 	"os"
 )
 
@@ -50,7 +51,7 @@ func EnsureAdmin(store *Store, passwordFile string) (created bool, password stri
 	if err != nil {
 		return false, "", err
 	}
-	if err := WriteFileAtomic(passwordFile, []byte(pw+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(passwordFile, []byte(pw+"\n"), 0o600); err != nil {
 		return false, "", fmt.Errorf("initial admin password: %w: %w", ErrPasswordFile, err)
 	}
 	err = store.mutateAdd("admin", pw, RoleAdmin, true, true)

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/tabcast/tabcast/plugins/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
@@ -184,7 +185,7 @@ func (s *Store) mutate(fn func(users []record) ([]record, error)) error {
 	if err != nil {
 		return fmt.Errorf("users: encode: %w", err)
 	}
-	if err := WriteFileAtomic(s.path, out, 0o600); err != nil {
+	if err := atomicfile.Write(s.path, out, 0o600); err != nil {
 		return err
 	}
 	return s.load()
@@ -206,51 +207,6 @@ func (s *Store) lockFile() (func(), error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
-}
-
-// WriteFileAtomic writes data to path through a temp file in the same
-// directory, fsync and rename, so readers see the old or the new file, never
-// a partial one. The file has mode perm from the start; a missing directory
-// is created (0750).
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	name := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(name)
-		}
-	}()
-	if err := tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: chmod: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write %s: sync: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: close: %w", path, err)
-	}
-	if err := os.Rename(name, path); err != nil {
-		return fmt.Errorf("write %s: rename: %w", path, err)
-	}
-	ok = true
-	// Persist the rename itself; best effort.
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 func checkPassword(password string) error {

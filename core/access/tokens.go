@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tabcast/tabcast/plugins/atomicfile"
 	"os"
 	"path/filepath"
 	"slices"
@@ -255,7 +256,7 @@ func (t *Tokens) EnsureFile(file, name, user string, role Role) (created bool, e
 	if err != nil {
 		return false, err
 	}
-	if err := writeFileAtomic(file, []byte(secret+"\n")); err != nil {
+	if err := atomicfile.Write(file, []byte(secret+"\n"), 0o600); err != nil {
 		return false, fmt.Errorf("write token file: %w", err)
 	}
 	return true, nil
@@ -274,7 +275,7 @@ func (t *Tokens) saveLocked(list []TokenInfo) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(t.path, b); err != nil {
+	if err := atomicfile.Write(t.path, b, 0o600); err != nil {
 		return fmt.Errorf("save tokens: %w", err)
 	}
 	return nil
@@ -283,34 +284,4 @@ func (t *Tokens) saveLocked(list []TokenInfo) error {
 func hashToken(secret string) string {
 	h := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(h[:])
-}
-
-// writeFileAtomic writes b to path with mode 0600 through a temp file and
-// a rename, so a crash leaves the old or the new file, never half of one.
-func writeFileAtomic(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

@@ -101,7 +101,7 @@ func startWithSession(t *testing.T, startURL string, sets ...string) (*harness.A
 }
 
 // viewerBrowser is headless Chromium acting as a person's browser.
-func viewerBrowser(t *testing.T) context.Context {
+func viewerBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath("/usr/lib/chromium/chromium"),
@@ -123,7 +123,7 @@ func viewerBrowser(t *testing.T) context.Context {
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox)
 	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), append(opts, extra...)...)
 	ctx, cancelC := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelC(); cancelA() })
 	if err := chromedp.Do(ctx); err != nil {

@@ -27,28 +27,7 @@ document.addEventListener("securitypolicyviolation", (e) => window.__cspViolatio
 // violations on every page.
 func gridBrowser(t *testing.T, spki string) context.Context {
 	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath("/usr/lib/chromium/chromium"),
-		chromedp.Flag("headless", "new"),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
-		chromedp.Flag("allow-loopback-in-peer-connection", true),
-		chromedp.Flag("disable-features", "WebRtcHideLocalIpsWithMdns"),
-		chromedp.Flag("ignore-certificate-errors-spki-list", spki),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1366, 768),
-	}
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelC := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelC(); cancelA() })
+	ctx := viewerBrowser(t, chromedp.Flag("ignore-certificate-errors-spki-list", spki), chromedp.WindowSize(1366, 768))
 	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: gridCSPProbe})
 		return err

@@ -9,9 +9,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tabcast/tabcast/plugins/atomicfile"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -82,45 +82,9 @@ func loadOrCreateSecret(path string) (s *secret, created bool, err error) {
 		return nil, false, err
 	}
 	text := base64.RawURLEncoding.EncodeToString(raw)
-	if err := writeFileAtomic(path, []byte(text+"\n")); err != nil {
+	if err := atomicfile.Write(path, []byte(text+"\n"), 0o600); err != nil {
 		return nil, false, err
 	}
 	s, err = loadSecret(path)
 	return s, err == nil, err
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }
