@@ -262,7 +262,7 @@ async function refreshThumb(c) {
   } catch (err) {
     if (err.status === 404 && !c.objectURL) {
       // A session captures only while someone watches it.
-      c.note.textContent = c.s.state === "ready" ? "No picture yet: open the session to start its stream" : c.s.state;
+      c.note.textContent = c.s.state === "ready" ? "No picture yet" : c.s.state;
       c.note.hidden = false;
     }
   } finally {

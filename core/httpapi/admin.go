@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"mime"
 	"net/http"
@@ -203,8 +204,10 @@ func (a *api) thumbnail(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	img, at, ok := s.Thumbnail()
-	if !ok {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	img, at, err := s.Thumbnail(ctx)
+	if err != nil {
 		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no picture yet", Recoverable: true})
 		return
 	}

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -104,6 +106,9 @@ type Session struct {
 	slots     atomic.Pointer[[]*frameSlot]
 	lastFrame atomic.Pointer[capture.Frame]
 
+	thumbMu       sync.Mutex // one thumbnail screenshot at a time
+	thumb         []byte
+	thumbAt       time.Time
 	lastInput     atomic.Int64 // unix ns of the last action by anyone
 	reclaimAt     atomic.Int64 // unix ns the input-idle reclaim is due; 0 = not warned
 	framesIn      atomic.Uint64
@@ -225,15 +230,41 @@ func (s *Session) closeOwnBrowser() {
 	}
 }
 
-// Thumbnail returns the newest captured picture when it is a JPEG (the CDP
-// capture path), for the panel's session grid: a still image, not a peer.
-func (s *Session) Thumbnail() ([]byte, time.Time, bool) {
-	f := s.lastFrame.Load()
-	if f == nil || f.Format != capture.FormatJPEG {
-		return nil, time.Time{}, false
+// Thumbnail returns a recent still picture of the page (JPEG) for the
+// panel's session grid: the newest captured frame when someone watches,
+// else a small screenshot taken now, at most one per thumbEvery, so a grid
+// of sessions nobody opened still moves, without a peer per card.
+func (s *Session) Thumbnail(ctx context.Context) ([]byte, time.Time, error) {
+	if f := s.lastFrame.Load(); f != nil && f.Format == capture.FormatJPEG && time.Since(f.CaptureTime) < thumbEvery {
+		return f.Data, f.CaptureTime, nil
 	}
-	return f.Data, f.CaptureTime, true
+	s.thumbMu.Lock()
+	defer s.thumbMu.Unlock()
+	if s.thumb != nil && time.Since(s.thumbAt) < thumbEvery {
+		return s.thumb, s.thumbAt, nil
+	}
+	pg := s.Page()
+	if pg == nil {
+		return nil, time.Time{}, ErrNotReady
+	}
+	q := int64(60)
+	scale := min(1, thumbWidth/float64(s.width))
+	out, err := cdp.Call(ctx, pg.Target(), page.CaptureScreenshot, page.CaptureScreenshotParams{
+		Format: page.CaptureScreenshotFormatJpeg, Quality: &q,
+		Clip: &page.Viewport{X: 0, Y: 0, Width: float64(s.width), Height: float64(s.height), Scale: scale},
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("session: thumbnail: %w", err)
+	}
+	s.thumb, s.thumbAt = out.Data, time.Now()
+	return s.thumb, s.thumbAt, nil
 }
+
+// Thumbnails: at most one screenshot per thumbEvery, thumbWidth CSS px wide.
+const (
+	thumbEvery = time.Second
+	thumbWidth = 480.0
+)
 
 // Done is closed when the session starts closing (closed or failed).
 func (s *Session) Done() <-chan struct{} { return s.done }

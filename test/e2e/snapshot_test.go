@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"image/jpeg"
 	"net/http"
 	"strings"
 	"testing"
@@ -57,5 +58,32 @@ func TestSnapshotPushed(t *testing.T) {
 	later := next(func(m snap) bool { return m.Session.Title == "abcdef" })
 	if later.Revision <= first.Revision {
 		t.Errorf("revision %d after the navigation, was %d", later.Revision, first.Revision)
+	}
+}
+
+// TestThumbnailWithoutViewers: the grid's stills move even when nobody
+// watches a session (a small screenshot, at most one a second).
+func TestThumbnailWithoutViewers(t *testing.T) {
+	p := pages(t)
+	a, s := startWithSession(t, p.URL+"/anim")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var first, second string
+	if err := a.DoRaw(ctx, "GET", "/api/v1/sessions/"+s.ID+"/thumbnail", &first); err != nil {
+		t.Fatal(err)
+	}
+	img, err := jpeg.Decode(strings.NewReader(first))
+	if err != nil {
+		t.Fatalf("thumbnail is not a JPEG: %v", err)
+	}
+	if w := img.Bounds().Dx(); w != 480 {
+		t.Errorf("thumbnail %d px wide, want 480", w)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if err := a.DoRaw(ctx, "GET", "/api/v1/sessions/"+s.ID+"/thumbnail", &second); err != nil {
+		t.Fatal(err)
+	}
+	if first == second {
+		t.Error("the thumbnail of an animating page did not change in 1.2 s")
 	}
 }
