@@ -294,6 +294,9 @@ func frameOffset(ctx context.Context, f *frameInfo) (float64, float64, error) {
 // must be hit at the translated point; otherwise CodeObscured. An element
 // with no box is CodeNotVisible. It does not dispatch input.
 func ClickPoint(ctx context.Context, e *Element) (x, y float64, err error) {
+	if e.frame == nil || e.frame.parent == nil {
+		return clickPointMain(ctx, e)
+	}
 	if err := e.check(ctx); err != nil {
 		return 0, 0, err
 	}
@@ -462,6 +465,50 @@ func hitTest(ctx context.Context, e *Element, x, y float64) error {
 		return newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered by <%s> at (%.0f, %.0f)", e.label(), res.Hit, x, y)
 	}
 	return nil
+}
+
+// clickPointJS does for an element of the main document, in one call, what
+// ClickPoint does step by step for frames: scroll it into view, take the
+// centre of its largest box, check it is visible and that a hit test there
+// lands on it (or a descendant, or its label).
+const clickPointJS = `function() {
+	if (this.scrollIntoViewIfNeeded) this.scrollIntoViewIfNeeded(true); else this.scrollIntoView({block: "center", inline: "center"});
+	let best = null, area = 0;
+	for (const r of this.getClientRects()) { const a = r.width * r.height; if (a > area) { area = a; best = r; } }
+	if (!best || area < 1) return {code: "not_visible", why: "an empty box"};
+	const vis = this.checkVisibility ? this.checkVisibility({checkOpacity: true, checkVisibilityCSS: true}) : true;
+	if (!vis) return {code: "hidden", why: "hidden by CSS"};
+	const x = best.left + best.width / 2, y = best.top + best.height / 2;
+	let n = this.ownerDocument.elementFromPoint(x, y);
+	for (let j = 0; j < 32 && n && n.shadowRoot; j++) { const inner = n.shadowRoot.elementFromPoint(x, y); if (!inner || inner === n) break; n = inner; }
+	if (!n) return {code: "not_visible", why: "nothing at its centre", x, y};
+	for (let c = n; c; c = c.parentNode || c.host) { if (c === this) return {code: "", x, y}; }
+	const l = n.closest ? n.closest("label") : null;
+	if (l && l.control === this) return {code: "", x, y};
+	let d = n.nodeName ? n.nodeName.toLowerCase() : "?";
+	if (n.id) d += "#" + n.id;
+	return {code: "obscured", why: d, x, y};
+}`
+
+func clickPointMain(ctx context.Context, e *Element) (float64, float64, error) {
+	var r struct {
+		Code string  `json:"code"`
+		Why  string  `json:"why"`
+		X    float64 `json:"x"`
+		Y    float64 `json:"y"`
+	}
+	if err := e.call(ctx, clickPointJS, &r); err != nil {
+		return 0, 0, err
+	}
+	switch r.Code {
+	case "":
+		return r.X, r.Y, nil
+	case "hidden":
+		return 0, 0, newErr(CodeNotVisible, "the element is hidden by CSS", "%s is not visible", e.label())
+	case "obscured":
+		return 0, 0, newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered by <%s> at (%.0f, %.0f)", e.label(), r.Why, r.X, r.Y)
+	}
+	return 0, 0, newErr(CodeNotVisible, "the element is not rendered or not in the viewport", "%s: %s", e.label(), r.Why)
 }
 
 // querySelector finds the element(s) matching sel in f's document. With
