@@ -3,7 +3,7 @@ SHELL   := /bin/bash
 GO      ?= go
 BIN     := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-PLUGINS := capture-cdp encoder-ffmpeg auth-local turnd
+PLUGINS := capture-cdp capture-tab encoder-ffmpeg auth-local turnd
 PROTOS  := base capture encoder auth turn
 # Debian 12 packages a fresh machine lacks. ffmpeg (the CLI) is for the
 # benchmark's baseline; protobuf-compiler for `make proto` and its test.

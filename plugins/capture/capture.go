@@ -66,3 +66,22 @@ type Capturer interface {
 	// send fails. send must not be called concurrently.
 	Stream(ctx context.Context, target Target, send func(Frame) error) error
 }
+
+// StreamControl is a per-stream request from the core to a running Stream.
+type StreamControl struct {
+	// Keyframe asks for a keyframe as soon as possible.
+	Keyframe bool
+	// MaxBitrateKbps and MaxFPS cap the browser's encoder; 0 leaves a
+	// setting unchanged.
+	MaxBitrateKbps int
+	MaxFPS         int
+}
+
+// Controller is optionally implemented by capture plugins whose streams take
+// per-stream controls (the host's Client always implements it; against a
+// plugin without it, Control fails with codes.Unimplemented, see
+// IsUnimplemented).
+type Controller interface {
+	// Control applies c to the running Stream of sessionID.
+	Control(ctx context.Context, sessionID string, c StreamControl) error
+}

@@ -11,6 +11,8 @@ import (
 	"github.com/tabcast/tabcast/plugins/base"
 	capturepb "github.com/tabcast/tabcast/plugins/capture/proto"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Plugin is the go-plugin adapter for capture plugins.
@@ -44,7 +46,10 @@ type Client struct {
 	pb capturepb.CaptureClient
 }
 
-var _ Capturer = (*Client)(nil)
+var (
+	_ Capturer   = (*Client)(nil)
+	_ Controller = (*Client)(nil)
+)
 
 // NewClient wraps a connection to a capture plugin.
 func NewClient(conn grpc.ClientConnInterface) *Client {
@@ -86,6 +91,23 @@ func (c *Client) Stream(ctx context.Context, t Target, send func(Frame) error) e
 	}
 }
 
+// Control forwards c to the plugin's running stream of sessionID. It fails
+// with codes.Unimplemented (IsUnimplemented) when the plugin takes no
+// controls.
+func (c *Client) Control(ctx context.Context, sessionID string, sc StreamControl) error {
+	_, err := c.pb.Control(ctx, &capturepb.ControlRequest{
+		SessionId: sessionID, Keyframe: sc.Keyframe,
+		MaxBitrateKbps: int32(sc.MaxBitrateKbps), MaxFps: int32(sc.MaxFPS),
+	})
+	return err
+}
+
+// IsUnimplemented reports an error of Control against a plugin that takes
+// no stream controls.
+func IsUnimplemented(err error) bool {
+	return status.Code(err) == codes.Unimplemented
+}
+
 type server struct {
 	capturepb.UnimplementedCaptureServer
 	impl Capturer
@@ -112,4 +134,17 @@ func (s *server) Stream(r *capturepb.StreamRequest, st grpc.ServerStreamingServe
 			Seq: f.Seq, Dropped: f.Dropped, Keyframe: f.Keyframe,
 		})
 	})
+}
+
+func (s *server) Control(ctx context.Context, r *capturepb.ControlRequest) (*capturepb.ControlResponse, error) {
+	c, ok := s.impl.(Controller)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "capture plugin takes no stream controls")
+	}
+	if err := c.Control(ctx, r.GetSessionId(), StreamControl{
+		Keyframe: r.GetKeyframe(), MaxBitrateKbps: int(r.GetMaxBitrateKbps()), MaxFPS: int(r.GetMaxFps()),
+	}); err != nil {
+		return nil, err
+	}
+	return &capturepb.ControlResponse{}, nil
 }

@@ -384,6 +384,112 @@ func (x *Frame) GetKeyframe() bool {
 	return false
 }
 
+type ControlRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// keyframe asks for a keyframe as soon as possible.
+	Keyframe bool `protobuf:"varint,2,opt,name=keyframe,proto3" json:"keyframe,omitempty"`
+	// max_bitrate_kbps and max_fps cap the encoder; 0 leaves them unchanged.
+	MaxBitrateKbps int32 `protobuf:"varint,3,opt,name=max_bitrate_kbps,json=maxBitrateKbps,proto3" json:"max_bitrate_kbps,omitempty"`
+	MaxFps         int32 `protobuf:"varint,4,opt,name=max_fps,json=maxFps,proto3" json:"max_fps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ControlRequest) Reset() {
+	*x = ControlRequest{}
+	mi := &file_capture_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlRequest) ProtoMessage() {}
+
+func (x *ControlRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_capture_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlRequest.ProtoReflect.Descriptor instead.
+func (*ControlRequest) Descriptor() ([]byte, []int) {
+	return file_capture_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ControlRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ControlRequest) GetKeyframe() bool {
+	if x != nil {
+		return x.Keyframe
+	}
+	return false
+}
+
+func (x *ControlRequest) GetMaxBitrateKbps() int32 {
+	if x != nil {
+		return x.MaxBitrateKbps
+	}
+	return 0
+}
+
+func (x *ControlRequest) GetMaxFps() int32 {
+	if x != nil {
+		return x.MaxFps
+	}
+	return 0
+}
+
+type ControlResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlResponse) Reset() {
+	*x = ControlResponse{}
+	mi := &file_capture_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlResponse) ProtoMessage() {}
+
+func (x *ControlResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_capture_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
+func (*ControlResponse) Descriptor() ([]byte, []int) {
+	return file_capture_proto_rawDescGZIP(), []int{6}
+}
+
 var File_capture_proto protoreflect.FileDescriptor
 
 const file_capture_proto_rawDesc = "" +
@@ -409,15 +515,23 @@ const file_capture_proto_rawDesc = "" +
 	"\x06height\x18\x05 \x01(\x05R\x06height\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x18\n" +
 	"\adropped\x18\a \x01(\x04R\adropped\x12\x1a\n" +
-	"\bkeyframe\x18\b \x01(\bR\bkeyframe*o\n" +
+	"\bkeyframe\x18\b \x01(\bR\bkeyframe\"\x8e\x01\n" +
+	"\x0eControlRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
+	"\bkeyframe\x18\x02 \x01(\bR\bkeyframe\x12(\n" +
+	"\x10max_bitrate_kbps\x18\x03 \x01(\x05R\x0emaxBitrateKbps\x12\x17\n" +
+	"\amax_fps\x18\x04 \x01(\x05R\x06maxFps\"\x11\n" +
+	"\x0fControlResponse*o\n" +
 	"\vFrameFormat\x12\x1c\n" +
 	"\x18FRAME_FORMAT_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FRAME_FORMAT_JPEG\x10\x01\x12\x15\n" +
 	"\x11FRAME_FORMAT_H264\x10\x02\x12\x14\n" +
-	"\x10FRAME_FORMAT_VP8\x10\x032\xa9\x01\n" +
+	"\x10FRAME_FORMAT_VP8\x10\x032\xfd\x01\n" +
 	"\aCapture\x12T\n" +
 	"\rChromiumFlags\x12 .tabcast.capture.v1.FlagsRequest\x1a!.tabcast.capture.v1.FlagsResponse\x12H\n" +
-	"\x06Stream\x12!.tabcast.capture.v1.StreamRequest\x1a\x19.tabcast.capture.v1.Frame0\x01B<Z:github.com/tabcast/tabcast/plugins/capture/proto;capturepbb\x06proto3"
+	"\x06Stream\x12!.tabcast.capture.v1.StreamRequest\x1a\x19.tabcast.capture.v1.Frame0\x01\x12R\n" +
+	"\aControl\x12\".tabcast.capture.v1.ControlRequest\x1a#.tabcast.capture.v1.ControlResponseB<Z:github.com/tabcast/tabcast/plugins/capture/proto;capturepbb\x06proto3"
 
 var (
 	file_capture_proto_rawDescOnce sync.Once
@@ -432,24 +546,28 @@ func file_capture_proto_rawDescGZIP() []byte {
 }
 
 var file_capture_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_capture_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_capture_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_capture_proto_goTypes = []any{
-	(FrameFormat)(0),      // 0: tabcast.capture.v1.FrameFormat
-	(*FlagsRequest)(nil),  // 1: tabcast.capture.v1.FlagsRequest
-	(*FlagsResponse)(nil), // 2: tabcast.capture.v1.FlagsResponse
-	(*Target)(nil),        // 3: tabcast.capture.v1.Target
-	(*StreamRequest)(nil), // 4: tabcast.capture.v1.StreamRequest
-	(*Frame)(nil),         // 5: tabcast.capture.v1.Frame
+	(FrameFormat)(0),        // 0: tabcast.capture.v1.FrameFormat
+	(*FlagsRequest)(nil),    // 1: tabcast.capture.v1.FlagsRequest
+	(*FlagsResponse)(nil),   // 2: tabcast.capture.v1.FlagsResponse
+	(*Target)(nil),          // 3: tabcast.capture.v1.Target
+	(*StreamRequest)(nil),   // 4: tabcast.capture.v1.StreamRequest
+	(*Frame)(nil),           // 5: tabcast.capture.v1.Frame
+	(*ControlRequest)(nil),  // 6: tabcast.capture.v1.ControlRequest
+	(*ControlResponse)(nil), // 7: tabcast.capture.v1.ControlResponse
 }
 var file_capture_proto_depIdxs = []int32{
 	3, // 0: tabcast.capture.v1.StreamRequest.target:type_name -> tabcast.capture.v1.Target
 	0, // 1: tabcast.capture.v1.Frame.format:type_name -> tabcast.capture.v1.FrameFormat
 	1, // 2: tabcast.capture.v1.Capture.ChromiumFlags:input_type -> tabcast.capture.v1.FlagsRequest
 	4, // 3: tabcast.capture.v1.Capture.Stream:input_type -> tabcast.capture.v1.StreamRequest
-	2, // 4: tabcast.capture.v1.Capture.ChromiumFlags:output_type -> tabcast.capture.v1.FlagsResponse
-	5, // 5: tabcast.capture.v1.Capture.Stream:output_type -> tabcast.capture.v1.Frame
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
+	6, // 4: tabcast.capture.v1.Capture.Control:input_type -> tabcast.capture.v1.ControlRequest
+	2, // 5: tabcast.capture.v1.Capture.ChromiumFlags:output_type -> tabcast.capture.v1.FlagsResponse
+	5, // 6: tabcast.capture.v1.Capture.Stream:output_type -> tabcast.capture.v1.Frame
+	7, // 7: tabcast.capture.v1.Capture.Control:output_type -> tabcast.capture.v1.ControlResponse
+	5, // [5:8] is the sub-list for method output_type
+	2, // [2:5] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
 	2, // [2:2] is the sub-list for extension extendee
 	0, // [0:2] is the sub-list for field type_name
@@ -466,7 +584,7 @@ func file_capture_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capture_proto_rawDesc), len(file_capture_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

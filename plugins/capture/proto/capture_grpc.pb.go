@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Capture_ChromiumFlags_FullMethodName = "/tabcast.capture.v1.Capture/ChromiumFlags"
 	Capture_Stream_FullMethodName        = "/tabcast.capture.v1.Capture/Stream"
+	Capture_Control_FullMethodName       = "/tabcast.capture.v1.Capture/Control"
 )
 
 // CaptureClient is the client API for Capture service.
@@ -33,6 +34,9 @@ type CaptureClient interface {
 	ChromiumFlags(ctx context.Context, in *FlagsRequest, opts ...grpc.CallOption) (*FlagsResponse, error)
 	// Stream captures the target until the call is cancelled.
 	Stream(ctx context.Context, in *StreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Frame], error)
+	// Control adjusts a running stream. Optional: plugins without it answer
+	// UNIMPLEMENTED.
+	Control(ctx context.Context, in *ControlRequest, opts ...grpc.CallOption) (*ControlResponse, error)
 }
 
 type captureClient struct {
@@ -72,6 +76,16 @@ func (c *captureClient) Stream(ctx context.Context, in *StreamRequest, opts ...g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Capture_StreamClient = grpc.ServerStreamingClient[Frame]
 
+func (c *captureClient) Control(ctx context.Context, in *ControlRequest, opts ...grpc.CallOption) (*ControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControlResponse)
+	err := c.cc.Invoke(ctx, Capture_Control_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CaptureServer is the server API for Capture service.
 // All implementations must embed UnimplementedCaptureServer
 // for forward compatibility.
@@ -79,6 +93,9 @@ type CaptureServer interface {
 	ChromiumFlags(context.Context, *FlagsRequest) (*FlagsResponse, error)
 	// Stream captures the target until the call is cancelled.
 	Stream(*StreamRequest, grpc.ServerStreamingServer[Frame]) error
+	// Control adjusts a running stream. Optional: plugins without it answer
+	// UNIMPLEMENTED.
+	Control(context.Context, *ControlRequest) (*ControlResponse, error)
 	mustEmbedUnimplementedCaptureServer()
 }
 
@@ -94,6 +111,9 @@ func (UnimplementedCaptureServer) ChromiumFlags(context.Context, *FlagsRequest) 
 }
 func (UnimplementedCaptureServer) Stream(*StreamRequest, grpc.ServerStreamingServer[Frame]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedCaptureServer) Control(context.Context, *ControlRequest) (*ControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Control not implemented")
 }
 func (UnimplementedCaptureServer) mustEmbedUnimplementedCaptureServer() {}
 func (UnimplementedCaptureServer) testEmbeddedByValue()                 {}
@@ -145,6 +165,24 @@ func _Capture_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Capture_StreamServer = grpc.ServerStreamingServer[Frame]
 
+func _Capture_Control_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ControlRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CaptureServer).Control(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Capture_Control_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CaptureServer).Control(ctx, req.(*ControlRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Capture_ServiceDesc is the grpc.ServiceDesc for Capture service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -155,6 +193,10 @@ var Capture_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ChromiumFlags",
 			Handler:    _Capture_ChromiumFlags_Handler,
+		},
+		{
+			MethodName: "Control",
+			Handler:    _Capture_Control_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
