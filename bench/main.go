@@ -65,7 +65,7 @@ type report struct {
 func main() {
 	name := flag.String("name", "media-720p", "result name: bench/results/<name>.json")
 	dur := flag.Duration("for", 10*time.Second, "how long each codec is watched")
-	only := flag.String("only", "", "run only this part: agent or turn (writes bench/results/<part>.json)")
+	only := flag.String("only", "", "run only this part: latency, agent or turn (writes bench/results/<part>.json)")
 	flag.Parse()
 	var err error
 	switch *only {
@@ -73,6 +73,8 @@ func main() {
 		err = agentOnly()
 	case "turn":
 		err = turnOnly()
+	case "latency":
+		err = latencyOnly()
 	default:
 		err = run(*name, *dur)
 	}
@@ -246,4 +248,21 @@ func printReport(r report) {
 	row("ours / CLI (%)", func(c codecResult) string { return fmt.Sprintf("%.0f", c.OwnToCLIPercent) })
 	fmt.Println()
 	printLatency(r.Latency)
+}
+
+// latencyOnly runs the input-to-picture part alone (direct and relayed,
+// against the CDP-over-WebSocket baseline).
+func latencyOnly() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	r, err := latencyBench(ctx)
+	if err != nil {
+		return err
+	}
+	printLatency(r)
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join("bench", "results", "latency.json"), b, 0o644)
 }
