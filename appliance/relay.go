@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -68,6 +69,17 @@ func startRelay(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Con
 	}
 	if _, set := conf["selfPorts"]; !set {
 		conf["selfPorts"] = []int{cfg.WebRTC.UDPPort}
+	}
+	// TURN over TLS uses the appliance's own certificate (the relay re-reads
+	// it when it changes) unless the relay has one of its own.
+	if tlsOn, _ := conf["listenTLS"].(string); tlsOn != "" {
+		if _, set := conf["certFile"]; !set {
+			certFile, keyFile := cfg.Server.CertFile, cfg.Server.KeyFile
+			if certFile == "" {
+				certFile, keyFile = filepath.Join(cfg.Server.DataDir, "tls-cert.pem"), filepath.Join(cfg.Server.DataDir, "tls-key.pem")
+			}
+			conf["certFile"], conf["keyFile"] = certFile, keyFile
+		}
 	}
 	if cfg.WebRTC.RelayOnly {
 		if _, set := conf["relayAddress"]; !set {
