@@ -16,7 +16,7 @@ APT_PKGS := chromium libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
 # slower and their deadlines noisier.
 TESTFLAGS ?= -count=1 -p 1 -timeout 40m
 
-.PHONY: help deps build run test vet bench proto image clean
+.PHONY: help deps build run test vet bench proto image image-test clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-7s %s\n", $$1, $$2}'
