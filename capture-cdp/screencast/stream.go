@@ -31,6 +31,8 @@ const (
 	// settleAfter is how long the screencast must be quiet after a frame
 	// before we take one screenshot of the settled page (see settleLoop).
 	settleAfter = 250 * time.Millisecond
+	// settleBurst is how many frames make a run worth settling.
+	settleBurst = 3
 	// settleTimeout bounds that screenshot.
 	settleTimeout = 3 * time.Second
 )
@@ -331,13 +333,24 @@ func (s *stream) settleLoop(ctx context.Context) {
 	quiet := time.NewTimer(settleAfter)
 	quiet.Stop()
 	defer quiet.Stop()
+	burst := 0 // frames since the page last went quiet
 	for {
 		select {
 		case <-s.quit:
 			return
 		case <-s.moved:
+			burst++
 			quiet.Reset(settleAfter)
 		case <-quiet.C:
+			// One or two frames (a click, a keystroke) are delivered whole;
+			// the loss happens at the end of a run of frames (an animation,
+			// a scroll). A screenshot costs the next input ~15 ms of
+			// picture latency, so only a run pays for one.
+			n := burst
+			burst = 0
+			if n < settleBurst {
+				continue
+			}
 			if f, err := s.screenshot(ctx); err != nil {
 				// A dead session shows up in run's select.
 				s.log.Debug("settle screenshot", "err", err)
