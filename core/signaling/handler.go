@@ -740,9 +740,26 @@ func (c *conn) restartICE() {
 	}
 	msg := offerMsg{Type: TypeOffer, Restart: true}
 	if c.h.o.ICEServers != nil {
-		ictx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
-		servers, revoke, err := c.h.o.ICEServers(ictx, c.viewer, c.sessionID, p.ID(), gen)
-		cancel()
+		// The relay may be restarting itself (that may be why the peer
+		// failed): keep asking for a while rather than offer without it.
+		var (
+			servers []ICEServer
+			revoke  func()
+			err     error
+		)
+		deadline := time.Now().Add(restartMint)
+		for {
+			ictx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+			servers, revoke, err = c.h.o.ICEServers(ictx, c.viewer, c.sessionID, p.ID(), gen)
+			cancel()
+			if err == nil || time.Now().After(deadline) || c.ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-c.ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
 		if err == nil {
 			msg.ICEServers = servers
 			c.mu.Lock()
@@ -785,6 +802,7 @@ func (c *conn) restartICE() {
 const (
 	restartWait  = 10 * time.Second
 	restartAfter = 2 * time.Second
+	restartMint  = 5 * time.Second // how long a restart waits for relay credentials
 )
 
 // claimRestart reports whether this connection may still restart ICE (it
