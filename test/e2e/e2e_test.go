@@ -184,10 +184,11 @@ func TestPanelPlaysLiveVideo(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("%s: %d frames decoded in the first 5 s after connecting", codec, n)
-			// Live video at video.fps 24 decodes 60+ here; 40 leaves room
-			// for a busy 2-core machine (the rate is a benchmark figure).
-			if n < 40 {
-				t.Errorf("%s: %d frames decoded within 5 s of connecting, want >= 40", codec, n)
+			// Live video at video.fps 24 decodes 60+ on an idle machine, but
+			// CI runs every package at once on 2 cores: the rate is a
+			// benchmark figure (make bench); here only liveness counts.
+			if n < 15 {
+				t.Errorf("%s: %d frames decoded within 5 s of connecting, want >= 15 (a live picture)", codec, n)
 			}
 			size, err := chromedp.Run(bctx, chromedp.Evaluate[[]int](videoSize))
 			if err != nil {
@@ -274,8 +275,9 @@ func TestGoViewer(t *testing.T) {
 			if r.Codec != codec {
 				t.Errorf("got codec %q, want %q", r.Codec, codec)
 			}
-			if r.Frames < 48 {
-				t.Errorf("%d frames in 5 s, want >= 48", r.Frames)
+			// Liveness, not rate: the rate is a benchmark figure.
+			if r.Frames < 15 {
+				t.Errorf("%d frames in 5 s, want >= 15 (a live picture)", r.Frames)
 			}
 			// The first frame is a keyframe, the PLI after frame 30 asks for another.
 			if r.Keyframes < 2 {

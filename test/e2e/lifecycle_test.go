@@ -45,8 +45,8 @@ func watchFrames(ctx context.Context, t *testing.T, a *harness.Appliance, id str
 	}
 	// An animating page at the default frame rate gives far more; this
 	// only says the stream is alive.
-	if r.Frames < 10 {
-		t.Errorf("session %s: %d frames in 2 s, want >= 10", id, r.Frames)
+	if r.Frames < 5 {
+		t.Errorf("session %s: %d frames in 2 s, want >= 5", id, r.Frames)
 	}
 }
 
