@@ -34,6 +34,9 @@ Usage:
   tabcast tokens list|create|revoke ...    (API tokens: see tabcast tokens)
   tabcast browser COMMAND ...             (drive a session as an agent: see tabcast browser --help)
   tabcast mcp [--url URL] [--token-file F] (the agent tools as an MCP server on stdio)
+  tabcast support-bundle [-o FILE] [--logs N] [config flags] (redacted diagnostics for support)
+  tabcast backup  [-o FILE] [config flags]  (config, users, tokens, TLS, secrets)
+  tabcast restore FILE [--dry-run] [--force]
   tabcast version
 `
 
@@ -61,6 +64,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdBrowser(args[1:], stdout, stderr)
 	case "mcp":
 		return cmdMCP(args[1:], os.Stdin, stdout, stderr)
+	case "support-bundle":
+		return cmdSupportBundle(args[1:], stdout, stderr)
+	case "backup":
+		return cmdBackup(args[1:], stdout, stderr)
+	case "restore":
+		return cmdRestore(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "tabcast", version)
 		return 0
