@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,8 +37,19 @@ dispatcher as the people in the panel). Refs come from snapshot: @e3.
   wait --text T | --selector S [--visible|--hidden] | --url U   [--timeout 10s]
   get text|value|title|url|count|box [@eN|--selector S]   get attr NAME @eN
   is visible|enabled|checked @eN
+  wait --load load|domcontentloaded|networkidle   wait --function "() => window.ok"
   screenshot FILE [--format png|jpeg]
   dialog accept|dismiss [--prompt TEXT]
+  upload @eN FILE...                 local files are put in the session's upload
+                                     area first; other names must be there already
+  uploads                            list the session's upload area
+  tabs | tabs new [URL] | tabs switch N|ID | tabs close N|ID
+  cookies [--name N] [--reveal]      cookies set NAME VALUE [--cookie-url U]
+                                     [--domain D] [--path P] [--secure] [--http-only]
+                                     [--same-site Lax]       cookies clear [NAME]
+  storage local|session [get [KEY]] [--reveal]   storage local set KEY VALUE
+  storage local|session clear [KEY]
+  eval EXPRESSION                    (needs agent.allowEval and an admin-scoped token)
 
 Exit codes: 0 ok, 1 other error, 2 usage, 3 not allowed (401/403),
 4 not found, 5 stale ref or conflict (409), 6 timed out, 7 busy or
@@ -58,8 +70,10 @@ const (
 
 type browserFlags struct {
 	session, url, tokenFile, selector, role, name, ref, format, prompt string
-	text, urlWait, timeout                                             string
-	asJSON, interactive, compact, values, visible, hidden              bool
+	text, urlWait, timeout, load, function                             string
+	cookieURL, domain, path, sameSite                                  string
+	asJSON, interactive, compact, values, visible, hidden, reveal      bool
+	secure, httpOnly                                                   bool
 	depth                                                              int
 	dx, dy                                                             float64
 }
@@ -100,7 +114,7 @@ func cmdBrowser(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	req, err := browserRequest(cmd, pos, &f)
-	if err != nil {
+	if err != nil && cmd != "uploads" {
 		fmt.Fprintln(stderr, "tabcast browser:", err)
 		return exitUsage
 	}
@@ -108,6 +122,33 @@ func cmdBrowser(args []string, stdout, stderr io.Writer) int {
 		if f.session, err = c.firstSession(); err != nil {
 			fmt.Fprintln(stderr, "tabcast browser:", err)
 			return exitNotFound
+		}
+	}
+	if cmd == "uploads" {
+		var out struct {
+			Uploads []struct {
+				Name string
+				Size int64
+			}
+		}
+		if code := c.call("GET", "/api/v1/sessions/"+url.PathEscape(f.session)+"/uploads", nil, &out, stderr); code != exitOK {
+			return code
+		}
+		for _, u := range out.Uploads {
+			fmt.Fprintf(stdout, "%s\t%d\n", u.Name, u.Size)
+		}
+		return exitOK
+	}
+	if cmd == "upload" {
+		// Local files go to the upload area first, under their base name.
+		files, _ := req["files"].([]string)
+		for i, name := range files {
+			if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() {
+				if code := c.putFile(f.session, name, stderr); code != exitOK {
+					return code
+				}
+				files[i] = filepath.Base(name)
+			}
 		}
 	}
 	var res struct {
@@ -171,6 +212,15 @@ func loadBrowserConfig(args []string, stderr io.Writer, f *browserFlags) (*confi
 	fs.Float64Var(&f.dy, "dy", 0, "scroll: pixels down")
 	fs.StringVar(&f.format, "format", "png", "screenshot: png or jpeg")
 	fs.StringVar(&f.prompt, "prompt", "", "dialog: text for a prompt()")
+	fs.StringVar(&f.load, "load", "", "wait: load, domcontentloaded or networkidle")
+	fs.StringVar(&f.function, "function", "", "wait: a JavaScript predicate (needs agent.allowEval)")
+	fs.BoolVar(&f.reveal, "reveal", false, "cookies, storage: show the values")
+	fs.StringVar(&f.cookieURL, "cookie-url", "", "cookies set/clear: the URL the cookie belongs to")
+	fs.StringVar(&f.domain, "domain", "", "cookies: the cookie's domain")
+	fs.StringVar(&f.path, "path", "", "cookies set/clear: the cookie's path")
+	fs.StringVar(&f.sameSite, "same-site", "", "cookies set: Strict, Lax or None")
+	fs.BoolVar(&f.secure, "secure", false, "cookies set: a Secure cookie")
+	fs.BoolVar(&f.httpOnly, "http-only", false, "cookies set: an HttpOnly cookie")
 	if err := fs.Parse(args); err != nil {
 		return nil, fs, err
 	}
@@ -244,6 +294,85 @@ func browserRequest(cmd string, pos []string, f *browserFlags) (map[string]any, 
 		set("url", f.urlWait, f.urlWait != "")
 		set("what", "visible", f.visible)
 		set("what", "hidden", f.hidden)
+		set("load", f.load, f.load != "")
+		set("function", f.function, f.function != "")
+	case "upload":
+		if err := need(1, "FILE"); err != nil {
+			return nil, err
+		}
+		req["files"] = append([]string(nil), pos...)
+	case "uploads":
+		return nil, errors.New("uploads is a listing")
+	case "tabs":
+		if len(pos) > 0 {
+			req["op"] = pos[0]
+		}
+		switch {
+		case len(pos) > 1 && pos[0] == "new":
+			req["url"] = pos[1]
+		case len(pos) > 1 && (pos[0] == "switch" || pos[0] == "close"):
+			if n, err := strconv.Atoi(pos[1]); err == nil {
+				req["index"] = n
+			} else {
+				req["tabId"] = pos[1]
+			}
+		case len(pos) == 1 && (pos[0] == "switch" || pos[0] == "close"):
+			return nil, fmt.Errorf("tabs %s needs an index or id (see tabs)", pos[0])
+		}
+	case "cookies":
+		cookie := map[string]any{}
+		setc := func(k string, v any, ok bool) {
+			if ok {
+				cookie[k] = v
+			}
+		}
+		if len(pos) > 0 {
+			req["op"] = pos[0]
+		}
+		if len(pos) > 0 && pos[0] == "set" {
+			if err := need(3, "NAME VALUE"); err != nil {
+				return nil, err
+			}
+			cookie["name"], cookie["value"] = pos[1], pos[2]
+		}
+		if len(pos) > 1 && pos[0] == "clear" {
+			cookie["name"] = pos[1]
+		}
+		setc("name", f.name, f.name != "" && cookie["name"] == nil)
+		setc("url", f.cookieURL, f.cookieURL != "")
+		setc("domain", f.domain, f.domain != "")
+		setc("path", f.path, f.path != "")
+		setc("sameSite", f.sameSite, f.sameSite != "")
+		setc("secure", true, f.secure)
+		setc("httpOnly", true, f.httpOnly)
+		if len(cookie) > 0 {
+			req["cookie"] = cookie
+		}
+		delete(req, "name") // --name is the cookie's here, not a role's
+		set("reveal", true, f.reveal)
+	case "storage":
+		if err := need(1, "local or session"); err != nil {
+			return nil, err
+		}
+		req["area"] = pos[0]
+		if len(pos) > 1 {
+			req["op"] = pos[1]
+		}
+		if len(pos) > 2 {
+			req["key"] = pos[2]
+		}
+		if len(pos) > 1 && pos[1] == "set" {
+			if err := need(4, "KEY VALUE"); err != nil {
+				return nil, err
+			}
+			req["value"] = pos[3]
+		}
+		set("reveal", true, f.reveal)
+	case "eval":
+		if err := need(1, "EXPRESSION"); err != nil {
+			return nil, err
+		}
+		req["expression"] = strings.Join(pos, " ")
 	case "get", "is":
 		if err := need(1, "WHAT"); err != nil {
 			return nil, err
@@ -314,6 +443,59 @@ func printBrowserResult(w io.Writer, cmd, summary string, data json.RawMessage) 
 	case "screenshot":
 		fmt.Fprintln(w, summary)
 		return
+	case "tabs":
+		var d struct {
+			Tabs []struct {
+				Index      int
+				ID         string
+				URL, Title string
+				Current    bool
+			}
+		}
+		_ = json.Unmarshal(data, &d)
+		fmt.Fprintln(w, summary)
+		for _, t := range d.Tabs {
+			mark := " "
+			if t.Current {
+				mark = "*"
+			}
+			fmt.Fprintf(w, "%s %d\t%s\t%s\t%s\n", mark, t.Index, t.ID, t.URL, t.Title)
+		}
+		return
+	case "cookies":
+		var d struct {
+			Cookies []struct{ Name, Value, Domain, Path string }
+		}
+		_ = json.Unmarshal(data, &d)
+		fmt.Fprintln(w, summary)
+		for _, c := range d.Cookies {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", c.Name, c.Domain, c.Path, c.Value)
+		}
+		return
+	case "storage":
+		var d struct {
+			Items []struct{ Key, Value string }
+		}
+		_ = json.Unmarshal(data, &d)
+		fmt.Fprintln(w, summary)
+		for _, it := range d.Items {
+			fmt.Fprintf(w, "%s\t%s\n", it.Key, it.Value)
+		}
+		return
+	case "eval":
+		var d struct {
+			Value     json.RawMessage
+			Truncated bool
+		}
+		_ = json.Unmarshal(data, &d)
+		if len(d.Value) == 0 {
+			d.Value = json.RawMessage("null")
+		}
+		fmt.Fprintln(w, string(d.Value))
+		if d.Truncated {
+			fmt.Fprintln(w, summary)
+		}
+		return
 	}
 	if summary != "" {
 		fmt.Fprintln(w, summary)
@@ -375,6 +557,26 @@ func (c *apiClient) firstSession() (string, error) {
 	return "", errors.New("no ready session; create one in the panel or pass --session")
 }
 
+// putFile puts a local file into the session's upload area under its base
+// name.
+func (c *apiClient) putFile(session, path string, stderr io.Writer) int {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintln(stderr, "tabcast browser:", err)
+		return exitError
+	}
+	defer f.Close()
+	req, err := http.NewRequest("PUT", c.base+"/api/v1/sessions/"+url.PathEscape(session)+"/uploads/"+url.PathEscape(filepath.Base(path)), f)
+	if err != nil {
+		fmt.Fprintln(stderr, "tabcast browser:", err)
+		return exitUsage
+	}
+	if st, err := f.Stat(); err == nil {
+		req.ContentLength = st.Size()
+	}
+	return c.send(req, nil, stderr)
+}
+
 // call returns an exit code; on failure it prints the API's error.
 func (c *apiClient) call(method, path string, body any, out any, stderr io.Writer) int {
 	var rd io.Reader
@@ -387,8 +589,13 @@ func (c *apiClient) call(method, path string, body any, out any, stderr io.Write
 		fmt.Fprintln(stderr, "tabcast browser:", err)
 		return exitUsage
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
+	return c.send(req, out, stderr)
+}
+
+// send sends req with the token; see call.
+func (c *apiClient) send(req *http.Request, out any, stderr io.Writer) int {
+	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		fmt.Fprintln(stderr, "tabcast browser: the appliance does not answer:", err)
@@ -424,7 +631,7 @@ func (c *apiClient) call(method, path string, body any, out any, stderr io.Write
 		return exitTimeout
 	case 429, 503:
 		return exitUnavailable
-	case 422:
+	case 413, 422:
 		return exitUsage
 	}
 	return exitError

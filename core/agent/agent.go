@@ -26,7 +26,20 @@ const (
 	CodeHumanInControl = "human_in_control"
 	CodeNotReady       = "not_ready"
 	CodeEvalDisabled   = "eval_disabled"
+	// CodeForbidden: the appliance's policy or the caller's scopes do not
+	// allow the command (eval and wait function).
+	CodeForbidden = "forbidden"
+	// CodeUnsupported: the command is known but this appliance cannot do
+	// it (tabs switch, closing the session's own tab).
+	CodeUnsupported = "unsupported"
 )
+
+// Policy is what the operator allows agents beyond the page's own UI.
+type Policy struct {
+	// AllowEval lets callers with the admin scope run JavaScript in the
+	// page (eval, wait function). Off by default (config agent.allowEval).
+	AllowEval bool
+}
 
 // Error is a refusal with a stable code, for the API edge.
 type Error struct {
@@ -73,6 +86,21 @@ type Service struct {
 	mu      sync.Mutex
 	drivers map[string]*driver
 	closed  bool
+	policy  Policy
+}
+
+// SetPolicy sets what agents may do beyond the page's own UI; it applies
+// to the next command.
+func (sv *Service) SetPolicy(p Policy) {
+	sv.mu.Lock()
+	sv.policy = p
+	sv.mu.Unlock()
+}
+
+func (sv *Service) currentPolicy() Policy {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.policy
 }
 
 // NewService returns an empty service.
@@ -109,6 +137,7 @@ func (sv *Service) driverFor(s *session.Session, user string) (*driver, error) {
 		<-s.Done()
 		p.Close()
 		d.closeAttacher()
+		d.stopNetwork()
 		sv.mu.Lock()
 		if sv.drivers[key] == d {
 			delete(sv.drivers, key)
@@ -142,6 +171,7 @@ func (sv *Service) Close() {
 	for _, d := range ds {
 		d.p.Close()
 		d.closeAttacher()
+		d.stopNetwork()
 	}
 }
 
@@ -169,6 +199,8 @@ type driver struct {
 	nextID     uint64
 	ledger     map[string]*Result // actionId → result, bounded
 	ledgerKeys []string
+
+	net *netTracker // requests in flight, for wait load=networkidle; lazily
 }
 
 const ledgerSize = 256

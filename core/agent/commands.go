@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
 	"strings"
 	"time"
 
@@ -65,6 +64,28 @@ type Request struct {
 
 	// request_human: what the person should do (shown in the panel).
 	Reason string `json:"reason,omitempty"`
+
+	// upload: base names of files in the session's upload area.
+	Files []string `json:"files,omitempty"`
+
+	// tabs (list|new|switch|close), cookies and storage (get|set|clear).
+	Op string `json:"op,omitempty"`
+	// tabs switch/close: the tab's index in the list or its id.
+	Index *int   `json:"index,omitempty"`
+	TabID string `json:"tabId,omitempty"`
+	// cookies set: the cookie; cookies get: name/domain filter it.
+	Cookie *CookieInput `json:"cookie,omitempty"`
+	// storage: local or session; the item is Key (and Value to set).
+	Area string `json:"area,omitempty"`
+	// cookies, storage get: show values (redacted by default).
+	Reveal bool `json:"reveal,omitempty"`
+
+	// eval: a JavaScript expression (its JSON value is returned).
+	Expression string `json:"expression,omitempty"`
+	// wait: a load state (load, domcontentloaded, networkidle) and a
+	// JavaScript predicate polled until truthy.
+	Load     string `json:"load,omitempty"`
+	Function string `json:"function,omitempty"`
 }
 
 // Result of a command. Data depends on the command.
@@ -90,11 +111,23 @@ const maxScreenshotBytes = 8 << 20
 var Commands = []string{
 	"snapshot", "click", "dblclick", "hover", "focus", "fill", "type", "press", "check", "uncheck",
 	"select", "scroll", "scrollintoview", "navigate", "back", "forward", "reload", "wait", "get", "is",
-	"screenshot", "dialog", "request_human",
+	"screenshot", "dialog", "request_human", "upload", "tabs", "cookies", "storage", "eval",
 }
 
 // reads never touch the page, so a person holding control does not stop them.
 var reads = map[string]bool{"snapshot": true, "wait": true, "get": true, "is": true, "screenshot": true, "request_human": true}
+
+// readOp: tabs list, cookies get and storage get are reads too.
+func readOp(r Request) bool {
+	op := strings.ToLower(r.Op)
+	switch strings.ToLower(r.Command) {
+	case "tabs":
+		return op == "" || op == "list"
+	case "cookies", "storage":
+		return op == "" || op == "get"
+	}
+	return false
+}
 
 func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 	pg := d.s.Page()
@@ -102,7 +135,7 @@ func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 		return nil, errorf(CodeNotReady, true, "", "the session has no page yet")
 	}
 	res := &Result{OK: true}
-	if !reads[strings.ToLower(r.Command)] {
+	if !reads[strings.ToLower(r.Command)] && !readOp(r) {
 		if err := d.s.AgentMayAct(); err != nil {
 			return nil, errorf(CodeHumanInControl, true, "a person has taken control of this session; wait and retry, or use request_human", "a person holds control")
 		}
@@ -249,6 +282,16 @@ func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 		return d.is(ctx, r)
 	case "screenshot":
 		return d.screenshot(ctx, r)
+	case "upload":
+		return d.upload(ctx, r)
+	case "tabs":
+		return d.tabs(ctx, r)
+	case "cookies":
+		return d.cookies(ctx, r)
+	case "storage":
+		return d.storage(ctx, r)
+	case "eval":
+		return d.eval(ctx, r)
 	}
 	return nil, errorf(CodeUnknownCommand, false, "commands: "+strings.Join(Commands, ", "), "unknown command %q", r.Command)
 }
@@ -429,32 +472,6 @@ func (d *driver) selectOption(ctx context.Context, r Request) (*Result, error) {
 		return nil, err
 	}
 	return &Result{OK: true, ActionRevision: rev, Summary: "selected an option of " + what}, nil
-}
-
-func (d *driver) wait(ctx context.Context, r Request) (*Result, error) {
-	w := snapshot.WaitFor{Selector: r.Selector, Text: r.Text, URLContains: r.URL}
-	if r.What == "visible" {
-		w.Visible = true
-	}
-	if r.What == "hidden" {
-		w.Hidden, w.Selector = r.Selector, ""
-	}
-	if r.Value != "" {
-		re, err := regexp.Compile(r.Value)
-		if err != nil {
-			return nil, errorf(action.CodeInvalidArgument, false, "", "bad URL pattern: %v", err)
-		}
-		w.URLPattern = re
-	}
-	wr, err := snapshot.Wait(ctx, d.page(ctx), w)
-	if wr != nil && snapshot.CodeOf(err) == snapshot.CodeTimeout {
-		// A wait that runs out is a result, not a loss: it says what held.
-		return &Result{OK: false, Summary: "timed out", Data: wr}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &Result{OK: true, Summary: "conditions met", Data: wr}, nil
 }
 
 func (d *driver) get(ctx context.Context, r Request) (*Result, error) {

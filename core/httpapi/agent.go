@@ -17,11 +17,11 @@ func agentStatus(code string) int {
 		return http.StatusConflict
 	case snapshot.CodeNotFound:
 		return http.StatusNotFound
-	case action.CodeInvalidArgument, agent.CodeUnknownCommand, action.CodeTooLarge, action.CodeUnknownKind:
+	case action.CodeInvalidArgument, agent.CodeUnknownCommand, action.CodeTooLarge, action.CodeUnknownKind, agent.CodeUnsupported:
 		return http.StatusUnprocessableEntity
 	case action.CodeQueueFull, action.CodeRateLimited:
 		return http.StatusTooManyRequests
-	case action.CodeNavigationBlocked, action.CodeShortcutBlocked, action.CodeNotAllowed, agent.CodeEvalDisabled:
+	case action.CodeNavigationBlocked, action.CodeShortcutBlocked, action.CodeNotAllowed, agent.CodeEvalDisabled, agent.CodeForbidden:
 		return http.StatusForbidden
 	case snapshot.CodeTimeout, action.CodeOutcomeUnknown: // action.CodeTimeout is the same code
 		return http.StatusGatewayTimeout

@@ -71,7 +71,9 @@ func (b mcpBackend) Agent(ctx context.Context, id string, req agent.Request) (*a
 	if err != nil {
 		return nil, err
 	}
-	return b.a.o.Agent.Do(ctx, s, b.p.User, req)
+	// The principal rides on ctx for commands that check scopes (eval),
+	// whatever context the MCP SDK hands its tool handlers.
+	return b.a.o.Agent.Do(access.WithPrincipal(ctx, b.p), s, b.p.User, req)
 }
 
 func (b mcpBackend) RequestHuman(ctx context.Context, id, reason string, timeout time.Duration) (mcp.HumanResult, error) {

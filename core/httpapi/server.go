@@ -80,6 +80,8 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /api/v1/sessions/{id}/thumbnail", a.thumbnail)
 	mux.HandleFunc("GET /api/v1/sessions/{id}/downloads", a.downloads)
 	mux.HandleFunc("GET /api/v1/sessions/{id}/downloads/{name}", a.download)
+	mux.HandleFunc("GET /api/v1/sessions/{id}/uploads", a.uploads)
+	mux.HandleFunc("PUT /api/v1/sessions/{id}/uploads/{name}", a.putUpload)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/agent", a.agentCommand)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/control", a.control)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/human/{rid}/done", a.humanDone)

@@ -96,10 +96,10 @@ func (f *fakeBackend) count() int {
 }
 
 var wantTools = []string{
-	"browser_back", "browser_check", "browser_click", "browser_dialog", "browser_fill", "browser_forward",
+	"browser_back", "browser_check", "browser_click", "browser_cookies", "browser_dialog", "browser_eval", "browser_fill", "browser_forward",
 	"browser_get", "browser_hover", "browser_is", "browser_navigate", "browser_press", "browser_reload",
-	"browser_screenshot", "browser_scroll", "browser_select", "browser_snapshot", "browser_type",
-	"browser_uncheck", "browser_wait", "request_human", "session_create", "sessions_list",
+	"browser_screenshot", "browser_scroll", "browser_select", "browser_snapshot", "browser_storage", "browser_tabs", "browser_type",
+	"browser_uncheck", "browser_upload", "browser_wait", "request_human", "session_create", "sessions_list",
 }
 
 // connectInMemory runs NewServer(b) and a client over in-memory transports.
@@ -382,6 +382,7 @@ func TestToolsMapping(t *testing.T) {
 	f := newFake()
 	cs := connectInMemory(t, f)
 	f64 := func(v float64) *float64 { return &v }
+	i := func(v int) *int { return &v }
 	for _, c := range []struct {
 		tool string
 		args map[string]any
@@ -406,6 +407,15 @@ func TestToolsMapping(t *testing.T) {
 		{"browser_is", map[string]any{"session": "s", "ref": "e5", "what": "enabled"}, agent.Request{Command: "is", Ref: "e5", What: "enabled"}},
 		{"browser_dialog", map[string]any{"session": "s", "accept": true, "promptText": "yes"}, agent.Request{Command: "dialog", Accept: true, PromptText: "yes"}},
 		{"browser_snapshot", map[string]any{"session": "s", "compact": true, "selector": "main", "ref": "@e9", "includeValues": true}, agent.Request{Command: "snapshot", Compact: true, Selector: "main", Ref: "@e9", IncludeValues: true}},
+		{"browser_wait", map[string]any{"session": "s", "load": "networkidle", "function": "() => ok"}, agent.Request{Command: "wait", Load: "networkidle", Function: "() => ok"}},
+		{"browser_upload", map[string]any{"session": "s", "ref": "e3", "files": []any{"cv.pdf", "a.png"}}, agent.Request{Command: "upload", Ref: "e3", Files: []string{"cv.pdf", "a.png"}}},
+		{"browser_tabs", map[string]any{"session": "s"}, agent.Request{Command: "tabs"}},
+		{"browser_tabs", map[string]any{"session": "s", "op": "new", "url": "https://example.com/"}, agent.Request{Command: "tabs", URL: "https://example.com/", Op: "new"}},
+		{"browser_tabs", map[string]any{"session": "s", "op": "close", "index": 1}, agent.Request{Command: "tabs", Op: "close", Index: i(1)}},
+		{"browser_cookies", map[string]any{"session": "s", "reveal": true}, agent.Request{Command: "cookies", Reveal: true}},
+		{"browser_cookies", map[string]any{"session": "s", "op": "set", "name": "a", "value": "b", "sameSite": "Lax"}, agent.Request{Command: "cookies", Op: "set", Cookie: &agent.CookieInput{Name: "a", Value: "b", SameSite: "Lax"}}},
+		{"browser_storage", map[string]any{"session": "s", "op": "set", "area": "session", "key": "k", "value": "v"}, agent.Request{Command: "storage", Value: "v", Op: "set", Area: "session", Key: "k"}},
+		{"browser_eval", map[string]any{"session": "s", "expression": "document.title"}, agent.Request{Command: "eval", Expression: "document.title"}},
 	} {
 		res := call(t, cs, c.tool, c.args)
 		if res.IsError {

@@ -124,6 +124,51 @@ type (
 		State      string `json:"state,omitempty" jsonschema:"With selector: \"visible\" waits until it is visible, \"hidden\" until it is hidden or gone; default: until it exists."`
 		URL        string `json:"url,omitempty" jsonschema:"Wait until the page URL contains this substring."`
 		URLPattern string `json:"urlPattern,omitempty" jsonschema:"Wait until the page URL matches this regular expression."`
+		Load       string `json:"load,omitempty" jsonschema:"Wait for a load state: domcontentloaded, load, or networkidle (loaded and no network request in flight for 500 ms)."`
+		Function   string `json:"function,omitempty" jsonschema:"Wait until this JavaScript predicate is truthy, e.g. \"() => window.app?.ready\" (polled; a promise is awaited). Needs eval allowed on the appliance and an admin-scoped caller."`
+	}
+	uploadIn struct {
+		Base
+		Action
+		Target
+		Files []string `json:"files" jsonschema:"Names of files in the session's upload area (a person or script puts them with PUT /api/v1/sessions/{id}/uploads/{name}); plain names such as \"cv.pdf\", no paths."`
+	}
+	tabsIn struct {
+		Base
+		Action
+		Op    string `json:"op,omitempty" jsonschema:"list (default): the session's tabs and the popups its page opened; new: open url (in the session's own tab: a session streams one tab); switch: make a tab current (only the session's own tab is supported); close: close a popup."`
+		URL   string `json:"url,omitempty" jsonschema:"With op=new: the URL to open (default about:blank)."`
+		Index *int   `json:"index,omitempty" jsonschema:"With op=switch or close: the tab's index from op=list."`
+		TabID string `json:"tabId,omitempty" jsonschema:"With op=switch or close: the tab's id from op=list (instead of index)."`
+	}
+	cookiesIn struct {
+		Base
+		Action
+		Op       string  `json:"op,omitempty" jsonschema:"get (default): the session's cookies; set: set one cookie; clear: delete the cookie named name (with url or domain), or every cookie when no name is given."`
+		Name     string  `json:"name,omitempty" jsonschema:"Cookie name (set; filter of get; the cookie to delete with clear)."`
+		Value    string  `json:"value,omitempty" jsonschema:"Cookie value, with op=set."`
+		URL      string  `json:"url,omitempty" jsonschema:"URL the cookie belongs to (set, clear); default for set: the current page."`
+		Domain   string  `json:"domain,omitempty" jsonschema:"Cookie domain (set, clear; filter of get)."`
+		Path     string  `json:"path,omitempty" jsonschema:"Cookie path (set, clear)."`
+		Secure   bool    `json:"secure,omitempty" jsonschema:"Set a Secure cookie."`
+		HTTPOnly bool    `json:"httpOnly,omitempty" jsonschema:"Set an HttpOnly cookie."`
+		SameSite string  `json:"sameSite,omitempty" jsonschema:"SameSite of a cookie to set: Strict, Lax or None."`
+		Expires  float64 `json:"expires,omitempty" jsonschema:"Expiry of a cookie to set, in seconds since the Unix epoch; omitted: a session cookie."`
+		Reveal   bool    `json:"reveal,omitempty" jsonschema:"With op=get: show cookie values (they are [redacted] by default). Ask only when you need a value."`
+	}
+	storageIn struct {
+		Base
+		Action
+		Op     string `json:"op,omitempty" jsonschema:"get (default): the items (or the item key); set: set key to value; clear: remove key, or every item when no key is given."`
+		Area   string `json:"area,omitempty" jsonschema:"local (default) for localStorage or session for sessionStorage, of the current page's origin."`
+		Key    string `json:"key,omitempty" jsonschema:"Item key."`
+		Value  string `json:"value,omitempty" jsonschema:"Item value, with op=set."`
+		Reveal bool   `json:"reveal,omitempty" jsonschema:"With op=get: show the values (they are [redacted] by default). Ask only when you need a value."`
+	}
+	evalIn struct {
+		Base
+		Action
+		Expression string `json:"expression" jsonschema:"JavaScript expression evaluated in the page; its JSON value is returned (a promise is awaited; at most 64 KiB, else truncated). Off unless the appliance allows eval; admin scope only."`
 	}
 	getIn struct {
 		Base
@@ -160,7 +205,10 @@ var enums = map[string]map[string][]any{
 	"browser_get":        {"what": {"text", "value", "attr", "title", "url", "count", "box"}},
 	"browser_is":         {"what": {"visible", "enabled", "checked"}},
 	"browser_screenshot": {"format": {"png", "jpeg"}},
-	"browser_wait":       {"state": {"visible", "hidden"}},
+	"browser_wait":       {"state": {"visible", "hidden"}, "load": {"domcontentloaded", "load", "networkidle"}},
+	"browser_tabs":       {"op": {"list", "new", "switch", "close"}},
+	"browser_cookies":    {"op": {"get", "set", "clear"}, "sameSite": {"Strict", "Lax", "None"}},
+	"browser_storage":    {"op": {"get", "set", "clear"}, "area": {"local", "session"}},
 }
 
 // inputSchemas are built once, so the SDK's schema cache (keyed by
@@ -322,10 +370,10 @@ func addTools(s *mcp.Server, b Backend) {
 		})
 	}
 	add(s, "browser_wait", "Wait for a condition",
-		"Wait until every given condition holds: text appears, an element matching selector exists (or is visible/hidden, see state), the URL contains url or matches urlPattern. Ends at timeoutMs with a summary of what held; that is a result, not an error.",
+		"Wait until every given condition holds: text appears, an element matching selector exists (or is visible/hidden, see state), the URL contains url or matches urlPattern, the page reached a load state, a JavaScript function is truthy. Ends at timeoutMs with a summary of what held; that is a result, not an error.",
 		true, func(ctx context.Context, in waitIn) *mcp.CallToolResult {
 			return do(ctx, in.Base, agent.Request{Command: "wait", Text: in.Text, Selector: in.Selector, What: in.State,
-				URL: in.URL, Value: in.URLPattern})
+				URL: in.URL, Value: in.URLPattern, Load: in.Load, Function: in.Function})
 		})
 	add(s, "browser_get", "Read a value",
 		"Read something from the page: an element's text, value, attribute (attr) or box; or the page's title, url, or the count of elements matching selector.",
@@ -350,6 +398,38 @@ func addTools(s *mcp.Server, b Backend) {
 		"Accept or dismiss the open JavaScript dialog (alert, confirm, prompt, beforeunload); promptText answers a prompt. Fails with no_dialog when none is open.",
 		false, func(ctx context.Context, in dialogIn) *mcp.CallToolResult {
 			return do(ctx, in.Base, agent.Request{Command: "dialog", ActionID: in.ActionID, Accept: in.Accept, PromptText: in.PromptText})
+		})
+	add(s, "browser_upload", "Upload files",
+		"Set files on a file input (<input type=file>, by ref, selector, or role and name), as if a person chose them. The files must be in the session's upload area already; you give their plain names. Fails with not_found for a name not there.",
+		false, func(ctx context.Context, in uploadIn) *mcp.CallToolResult {
+			r := agent.Request{Command: "upload", ActionID: in.ActionID, Files: in.Files}
+			in.Target.apply(&r)
+			return do(ctx, in.Base, r)
+		})
+	add(s, "browser_tabs", "Tabs",
+		"List the session's tabs (its own tab, which is streamed and driven, and popups the page opened), open a URL (op=new, in the session's own tab), or close a popup. Switching to another tab is not supported (unsupported): navigate to its URL instead.",
+		false, func(ctx context.Context, in tabsIn) *mcp.CallToolResult {
+			return do(ctx, in.Base, agent.Request{Command: "tabs", ActionID: in.ActionID, Op: in.Op, URL: in.URL, Index: in.Index, TabID: in.TabID})
+		})
+	add(s, "browser_cookies", "Cookies",
+		"Read, set or clear the session's cookies (its own browser profile only). Values are [redacted] unless reveal is true.",
+		false, func(ctx context.Context, in cookiesIn) *mcp.CallToolResult {
+			r := agent.Request{Command: "cookies", ActionID: in.ActionID, Op: in.Op, Reveal: in.Reveal}
+			if in.Name != "" || in.Value != "" || in.URL != "" || in.Domain != "" || in.Path != "" || in.Secure || in.HTTPOnly || in.SameSite != "" || in.Expires != 0 {
+				r.Cookie = &agent.CookieInput{Name: in.Name, Value: in.Value, URL: in.URL, Domain: in.Domain, Path: in.Path,
+					Secure: in.Secure, HTTPOnly: in.HTTPOnly, SameSite: in.SameSite, Expires: in.Expires}
+			}
+			return do(ctx, in.Base, r)
+		})
+	add(s, "browser_storage", "Web storage",
+		"Read, set or clear localStorage or sessionStorage of the current page's origin. Values are [redacted] unless reveal is true.",
+		false, func(ctx context.Context, in storageIn) *mcp.CallToolResult {
+			return do(ctx, in.Base, agent.Request{Command: "storage", ActionID: in.ActionID, Op: in.Op, Area: in.Area, Key: in.Key, Value: in.Value, Reveal: in.Reveal})
+		})
+	add(s, "browser_eval", "Run JavaScript",
+		"Evaluate a JavaScript expression in the page and return its JSON value. Off by default: the appliance must allow it (agent.allowEval) and the caller needs the admin scope, else forbidden. Prefer snapshots and the other tools.",
+		false, func(ctx context.Context, in evalIn) *mcp.CallToolResult {
+			return do(ctx, in.Base, agent.Request{Command: "eval", ActionID: in.ActionID, Expression: in.Expression})
 		})
 	add(s, "request_human", "Ask a person",
 		"Ask a person to take over the session (log in, solve a CAPTCHA, confirm a payment, decide) and wait until they hand back or timeoutMs passes. Explain in reason what they should do. Take a new snapshot afterwards.",

@@ -1,0 +1,434 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tabcast/tabcast/core/access"
+	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/input"
+	"github.com/tabcast/tabcast/core/session"
+)
+
+// noPlugin stands in for the capture and encoder plugins: agent tests
+// never start media.
+type noPlugin struct{}
+
+func (noPlugin) Client(context.Context) (any, uint64, error) {
+	return nil, 0, errors.New("no plugin in agent tests")
+}
+func (noPlugin) ReportFailure(uint64, error) {}
+
+// fixtures are the pages of these tests.
+func fixtures(t *testing.T) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/upload", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `<!doctype html><title>Upload</title><body>
+<form><input id=one type=file name=one><input id=many type=file name=many multiple><input id=txt type=text></form>
+<p id=out></p>
+<script>
+for (const id of ['one', 'many']) document.getElementById(id).addEventListener('change', (e) => {
+  document.getElementById('out').textContent = id + '=' + [...e.target.files].map(f => f.name + ':' + f.size).join(',');
+});
+</script>`)
+	})
+	mux.HandleFunc("/tabs", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `<!doctype html><title>Tabs</title><body>
+<button id=pop onclick="window.open('/popup', '_blank', 'popup')">Open popup</button>`)
+	})
+	mux.HandleFunc("/popup", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `<!doctype html><title>Popup</title><body>popup`)
+	})
+	mux.HandleFunc("/store", func(w http.ResponseWriter, _ *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "sid", Value: "s3cr3t-cookie-value", Path: "/", HttpOnly: true})
+		fmt.Fprint(w, `<!doctype html><title>Store</title><body>
+<script>localStorage.setItem('token', 'local-secret-value'); sessionStorage.setItem('step', '2');</script>`)
+	})
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `<!doctype html><title>Slow</title><body><p id=state>waiting</p>
+<script>
+window.addEventListener('load', () => setTimeout(() => fetch('/delay?ms=1200').then(r => r.text()).then(t => {
+  document.getElementById('state').textContent = t; window.ready = true; }), 100));
+</script>`)
+	})
+	mux.HandleFunc("/delay", func(w http.ResponseWriter, r *http.Request) {
+		ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		fmt.Fprint(w, "fetched")
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type env struct {
+	m   *session.Manager
+	s   *session.Session
+	sv  *Service
+	srv *httptest.Server
+	ctx context.Context // an admin's
+}
+
+func setup(t *testing.T, path string) *env {
+	t.Helper()
+	return setupWith(t, session.CreateOptions{URL: path})
+}
+
+// setupWith opens a session on the fixture path o.URL.
+func setupWith(t *testing.T, o session.CreateOptions) *env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs Chromium")
+	}
+	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := browser.Launch(lctx, browser.Options{Headless: true})
+	if err != nil {
+		t.Fatalf("launch chromium: %v", err)
+	}
+	srv := fixtures(t)
+	pol := input.DefaultPolicy()
+	pol.DenyPrivate = false // the fixtures are on loopback
+	m := session.NewManager(session.Config{Width: 800, Height: 600, MaxSessions: 2, MaxViewers: 2, DownloadRoot: t.TempDir(), Input: pol},
+		b, noPlugin{}, noPlugin{}, []string{"vp8"})
+	sv := NewService(nil)
+	t.Cleanup(func() {
+		sv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		m.Shutdown(ctx)
+		_ = b.Close()
+	})
+	o.URL, o.Owner = srv.URL+o.URL, "ann"
+	s, err := m.Create(lctx, o)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	admin := access.WithPrincipal(context.Background(), access.Principal{User: "ann", Role: access.RoleAdmin, Method: access.MethodCookie})
+	return &env{m: m, s: s, sv: sv, srv: srv, ctx: admin}
+}
+
+func (e *env) do(t *testing.T, r Request) (*Result, *Error) {
+	t.Helper()
+	res, err := e.sv.Do(e.ctx, e.s, "ann", r)
+	if err != nil {
+		if e := AsError(err); e.Code == "internal" {
+			t.Logf("internal: %v", err)
+		}
+		return res, AsError(err)
+	}
+	return res, nil
+}
+
+func (e *env) must(t *testing.T, r Request) *Result {
+	t.Helper()
+	res, err := e.do(t, r)
+	if err != nil {
+		t.Fatalf("%s %s: %+v", r.Command, r.Op, err)
+	}
+	return res
+}
+
+func (e *env) wantCode(t *testing.T, r Request, code string) *Error {
+	t.Helper()
+	_, err := e.do(t, r)
+	if err == nil || err.Code != code {
+		t.Fatalf("%s %s: got %+v, want code %s", r.Command, r.Op, err, code)
+	}
+	return err
+}
+
+func js(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func (e *env) text(t *testing.T, sel string) string {
+	t.Helper()
+	res := e.must(t, Request{Command: "get", What: "text", Selector: sel})
+	return fmt.Sprint(res.Data.(map[string]any)["text"])
+}
+
+func TestUpload(t *testing.T) {
+	e := setup(t, "/upload")
+	// Names are plain: no path, no traversal.
+	for _, bad := range []string{"", "../etc/passwd", "a/b", "/etc/passwd", "..", ".hidden", `a\b`, "x\x00y"} {
+		if err := CheckUploadName(bad); AsError(err).Code != "invalid_argument" {
+			t.Errorf("CheckUploadName(%q) = %v", bad, err)
+		}
+		if _, err := SaveUpload(e.s, bad, strings.NewReader("x")); AsError(err).Code != "invalid_argument" {
+			t.Errorf("SaveUpload(%q) = %v", bad, err)
+		}
+		if bad != "" {
+			e.wantCode(t, Request{Command: "upload", Selector: "#one", Files: []string{bad}}, "invalid_argument")
+		}
+	}
+	if _, err := SaveUpload(e.s, "report.pdf", strings.NewReader(strings.Repeat("p", 1234))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SaveUpload(e.s, "b.txt", strings.NewReader("hello")); err != nil {
+		t.Fatal(err)
+	}
+	list, err := ListUploads(e.s)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("uploads: %v %v", list, err)
+	}
+	dir, _ := e.s.UploadDir()
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("upload dir: %v %v", fi, err)
+	}
+
+	res := e.must(t, Request{Command: "upload", Selector: "#one", Files: []string{"report.pdf"}})
+	if !strings.Contains(res.Summary, "1 file") {
+		t.Errorf("summary %q", res.Summary)
+	}
+	if got := e.text(t, "#out"); got != "one=report.pdf:1234" {
+		t.Errorf("page saw %q", got)
+	}
+	e.must(t, Request{Command: "upload", Selector: "#many", Files: []string{"report.pdf", "b.txt"}})
+	if got := e.text(t, "#out"); got != "many=report.pdf:1234,b.txt:5" {
+		t.Errorf("page saw %q", got)
+	}
+	e.wantCode(t, Request{Command: "upload", Selector: "#one", Files: []string{"report.pdf", "b.txt"}}, "invalid_argument")
+	e.wantCode(t, Request{Command: "upload", Selector: "#txt", Files: []string{"b.txt"}}, "invalid_argument")
+	e.wantCode(t, Request{Command: "upload", Selector: "#one", Files: []string{"missing.bin"}}, "not_found")
+	e.wantCode(t, Request{Command: "upload", Selector: "#one"}, "invalid_argument")
+	// A file outside the area is out of reach even by a symlink.
+	outside := filepath.Join(t.TempDir(), "secret")
+	_ = os.WriteFile(outside, []byte("secret"), 0o600)
+	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCode(t, Request{Command: "upload", Selector: "#one", Files: []string{"link"}}, "not_found")
+
+	// The area goes with the session.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.m.Close(ctx, e.s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("upload dir after close: %v", err)
+	}
+	if _, err := e.s.UploadDir(); err == nil {
+		t.Error("UploadDir after close")
+	}
+}
+
+func TestTabs(t *testing.T) {
+	e := setup(t, "/tabs")
+	res := e.must(t, Request{Command: "tabs"})
+	tabs := res.Data.(map[string]any)["tabs"].([]Tab)
+	if len(tabs) != 1 || !tabs[0].Current || !strings.HasSuffix(tabs[0].URL, "/tabs") {
+		t.Fatalf("tabs: %+v", tabs)
+	}
+	// A popup the page opens shows up.
+	e.must(t, Request{Command: "click", Selector: "#pop"})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tabs = e.must(t, Request{Command: "tabs", Op: "list"}).Data.(map[string]any)["tabs"].([]Tab)
+		if len(tabs) == 2 && strings.HasSuffix(tabs[1].URL, "/popup") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no popup in %+v", tabs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !tabs[0].Current || tabs[1].Current || tabs[1].OpenerID != tabs[0].ID {
+		t.Errorf("tabs: %+v", tabs)
+	}
+	one, zero := 1, 0
+	if err := e.wantCode(t, Request{Command: "tabs", Op: "switch", Index: &one}, "unsupported"); err.Hint == "" {
+		t.Error("unsupported without a hint")
+	}
+	e.must(t, Request{Command: "tabs", Op: "switch", Index: &zero})
+	e.wantCode(t, Request{Command: "tabs", Op: "switch"}, "invalid_argument")
+	e.wantCode(t, Request{Command: "tabs", Op: "switch", TabID: "nope"}, "not_found")
+	e.wantCode(t, Request{Command: "tabs", Op: "close", Index: &zero}, "unsupported")
+	e.must(t, Request{Command: "tabs", Op: "close", TabID: tabs[1].ID})
+	tabs = e.must(t, Request{Command: "tabs"}).Data.(map[string]any)["tabs"].([]Tab)
+	if len(tabs) != 1 {
+		t.Errorf("after close: %+v", tabs)
+	}
+	// new opens in the session's tab: a navigation, so pageRevision rises.
+	before := e.must(t, Request{Command: "get", What: "title"}).PageRevision
+	res = e.must(t, Request{Command: "tabs", Op: "new", URL: e.srv.URL + "/popup"})
+	if res.PageRevision == before || res.Data.(map[string]any)["sameTab"] != true {
+		t.Errorf("tabs new: %+v (revision before %d)", res, before)
+	}
+	if title := e.must(t, Request{Command: "get", What: "title"}).Data.(map[string]any)["title"]; title != "Popup" {
+		t.Errorf("title after tabs new: %v", title)
+	}
+	e.wantCode(t, Request{Command: "tabs", Op: "fly"}, "invalid_argument")
+}
+
+func TestCookiesAndStorage(t *testing.T) {
+	e := setup(t, "/store")
+	res := e.must(t, Request{Command: "cookies"})
+	if raw := js(res); strings.Contains(raw, "s3cr3t") || !strings.Contains(raw, `"name":"sid"`) || !strings.Contains(raw, `"valueLength":19`) {
+		t.Errorf("cookies get (redacted): %s", raw)
+	}
+	res = e.must(t, Request{Command: "cookies", Op: "get", Reveal: true, Cookie: &CookieInput{Name: "sid"}})
+	if raw := js(res); !strings.Contains(raw, "s3cr3t-cookie-value") {
+		t.Errorf("cookies get reveal: %s", raw)
+	}
+	e.must(t, Request{Command: "cookies", Op: "set", Cookie: &CookieInput{Name: "pref", Value: "dark"}})
+	var docCookie string
+	if err := e.s.Page().Evaluate(context.Background(), "document.cookie", &docCookie); err != nil || !strings.Contains(docCookie, "pref=dark") {
+		t.Errorf("document.cookie after set: %q %v", docCookie, err)
+	}
+	e.wantCode(t, Request{Command: "cookies", Op: "set", Cookie: &CookieInput{Value: "x"}}, "invalid_argument")
+	e.wantCode(t, Request{Command: "cookies", Op: "set", Cookie: &CookieInput{Name: "a", Value: "x", SameSite: "sometimes"}}, "invalid_argument")
+	e.wantCode(t, Request{Command: "cookies", Op: "set", Cookie: &CookieInput{Name: "bad;name", Value: "x"}}, "invalid_argument")
+	e.must(t, Request{Command: "cookies", Op: "clear", Cookie: &CookieInput{Name: "pref", URL: e.srv.URL}})
+	cs := e.must(t, Request{Command: "cookies"}).Data.(map[string]any)["cookies"].([]Cookie)
+	if len(cs) != 1 || cs[0].Name != "sid" {
+		t.Errorf("after deleting pref: %+v", cs)
+	}
+	e.must(t, Request{Command: "cookies", Op: "clear"})
+	if cs := e.must(t, Request{Command: "cookies"}).Data.(map[string]any)["cookies"].([]Cookie); len(cs) != 0 {
+		t.Errorf("after clear: %+v", cs)
+	}
+
+	res = e.must(t, Request{Command: "storage", Area: "local"})
+	if raw := js(res); strings.Contains(raw, "local-secret-value") || !strings.Contains(raw, `"key":"token"`) {
+		t.Errorf("storage get (redacted): %s", raw)
+	}
+	res = e.must(t, Request{Command: "storage", Op: "get", Area: "session", Key: "step", Reveal: true})
+	if raw := js(res); !strings.Contains(raw, `"value":"2"`) {
+		t.Errorf("sessionStorage get: %s", raw)
+	}
+	e.must(t, Request{Command: "storage", Op: "set", Key: "k", Value: "v1"})
+	var v string
+	if err := e.s.Page().Evaluate(context.Background(), "localStorage.getItem('k')", &v); err != nil || v != "v1" {
+		t.Errorf("localStorage k: %q %v", v, err)
+	}
+	e.must(t, Request{Command: "storage", Op: "clear", Key: "k"})
+	e.wantCode(t, Request{Command: "storage", Op: "get", Key: "k"}, "not_found")
+	e.must(t, Request{Command: "storage", Op: "clear"})
+	if items := e.must(t, Request{Command: "storage"}).Data.(map[string]any)["items"].([]StorageItem); len(items) != 0 {
+		t.Errorf("after clear: %+v", items)
+	}
+	e.wantCode(t, Request{Command: "storage", Area: "disk"}, "invalid_argument")
+	e.wantCode(t, Request{Command: "storage", Op: "set"}, "invalid_argument")
+}
+
+func TestEvalPolicy(t *testing.T) {
+	e := setup(t, "/slow")
+	// Off by default, whoever asks.
+	err := e.wantCode(t, Request{Command: "eval", Expression: "1+1"}, "forbidden")
+	if !strings.Contains(err.Hint, "agent.allowEval") {
+		t.Errorf("hint %q", err.Hint)
+	}
+	e.wantCode(t, Request{Command: "wait", Function: "true"}, "forbidden")
+	e.sv.SetPolicy(Policy{AllowEval: true})
+	// Allowed: admins with the admin scope only.
+	for _, p := range []access.Principal{
+		{User: "ann", Role: access.RoleOperator, Method: access.MethodCookie},
+		{User: "ann", Role: access.RoleAdmin, Method: access.MethodToken, Scopes: []string{access.ScopeRead, access.ScopeControl}},
+	} {
+		_, err := e.sv.Do(access.WithPrincipal(context.Background(), p), e.s, "ann", Request{Command: "eval", Expression: "1+1"})
+		if AsError(err).Code != "forbidden" {
+			t.Errorf("eval as %+v: %v", p, err)
+		}
+	}
+	if _, err := e.sv.Do(context.Background(), e.s, "ann", Request{Command: "eval", Expression: "1"}); AsError(err).Code != "forbidden" {
+		t.Errorf("eval without a principal: %v", err)
+	}
+	res := e.must(t, Request{Command: "eval", Expression: "({a: 1 + 1, t: document.title})"})
+	if raw := js(res.Data); raw != `{"truncated":false,"type":"object","value":{"a":2,"t":"Slow"}}` {
+		t.Errorf("eval: %s", raw)
+	}
+	res = e.must(t, Request{Command: "eval", Expression: "new Promise(r => setTimeout(() => r('later'), 50))"})
+	if raw := js(res.Data); !strings.Contains(raw, `"value":"later"`) {
+		t.Errorf("eval promise: %s", raw)
+	}
+	res = e.must(t, Request{Command: "eval", Expression: "'x'.repeat(70000)"})
+	if d := res.Data.(map[string]any); d["truncated"] != true || len(d["value"].(string)) != maxEvalBytes {
+		t.Errorf("big eval: truncated %v, %d bytes", d["truncated"], len(js(d["value"])))
+	}
+	res = e.must(t, Request{Command: "eval", Expression: "undefined"})
+	if raw := js(res.Data); !strings.Contains(raw, `"value":null`) || !strings.Contains(raw, `"type":"undefined"`) {
+		t.Errorf("eval undefined: %s", raw)
+	}
+	e.wantCode(t, Request{Command: "eval", Expression: "throw new Error('boom')"}, "invalid_argument")
+	e.wantCode(t, Request{Command: "eval"}, "invalid_argument")
+	// A runaway script is stopped by the command's time limit.
+	start := time.Now()
+	if _, err := e.do(t, Request{Command: "eval", Expression: "while (true) {}", TimeoutMs: 500}); err == nil {
+		t.Error("endless eval succeeded")
+	}
+	if res := e.must(t, Request{Command: "eval", Expression: "2*3"}); js(res.Data.(map[string]any)["value"]) != "6" || time.Since(start) > 5*time.Second {
+		t.Errorf("page after a runaway eval: %s after %v", js(res.Data), time.Since(start))
+	}
+}
+
+func TestWaitLoadAndFunction(t *testing.T) {
+	e := setup(t, "/upload")
+	e.sv.SetPolicy(Policy{AllowEval: true})
+	e.must(t, Request{Command: "wait", Load: "load"})
+	e.wantCode(t, Request{Command: "wait", Load: "soon"}, "invalid_argument")
+	e.wantCode(t, Request{Command: "wait"}, "invalid_argument")
+	e.wantCode(t, Request{Command: "wait", Function: "(("}, "invalid_argument")
+
+	// networkidle: the page fetches for 1.2 s after its load event.
+	e.must(t, Request{Command: "navigate", URL: e.srv.URL + "/slow"})
+	res := e.must(t, Request{Command: "wait", Load: "networkidle", TimeoutMs: 10000})
+	if !res.OK || e.text(t, "#state") != "fetched" {
+		t.Fatalf("networkidle: %+v, state %q", res, e.text(t, "#state"))
+	}
+	// function, with the page conditions.
+	e.must(t, Request{Command: "reload"})
+	res = e.must(t, Request{Command: "wait", Function: "() => window.ready === true", Text: "fetched", Load: "domcontentloaded", TimeoutMs: 10000})
+	if !res.OK || e.text(t, "#state") != "fetched" {
+		t.Fatalf("function: %+v", res)
+	}
+	if raw := js(res.Data); !strings.Contains(raw, `"name":"function"`) || !strings.Contains(raw, `"name":"text"`) || !strings.Contains(raw, `"name":"load"`) {
+		t.Errorf("conditions: %s", raw)
+	}
+	// Running out is a result saying what held and what did not.
+	res = e.must(t, Request{Command: "wait", Function: "window.never === 1", Load: "load", Text: "fetched", TimeoutMs: 600})
+	raw := js(res.Data)
+	if res.OK || !strings.Contains(raw, `"met":false`) || !strings.Contains(raw, `{"name":"load","want":"load","met":true`) ||
+		!strings.Contains(raw, `{"name":"function","want":"truthy","met":false}`) || !strings.Contains(raw, `"name":"text"`) {
+		t.Errorf("timed-out wait: ok %v %s", res.OK, raw)
+	}
+	// Without the eval policy, a wait function is refused.
+	e.sv.SetPolicy(Policy{})
+	e.wantCode(t, Request{Command: "wait", Function: "true"}, "forbidden")
+	// A load wait needs no policy.
+	e.must(t, Request{Command: "wait", Load: "networkidle", TimeoutMs: 10000})
+}
+
+// TestHumanInControl: while a person holds control, the new commands that
+// change the page are refused and the reads still work.
+func TestHumanInControl(t *testing.T) {
+	e := setupWith(t, session.CreateOptions{URL: "/store", Control: session.ControlExclusive})
+	if err := e.s.TakeControl("bob"); err != nil {
+		t.Fatal(err)
+	}
+	e.sv.SetPolicy(Policy{AllowEval: true})
+	e.must(t, Request{Command: "storage"})
+	e.must(t, Request{Command: "cookies"})
+	e.must(t, Request{Command: "tabs"})
+	for _, r := range []Request{
+		{Command: "storage", Op: "set", Key: "k", Value: "v"},
+		{Command: "cookies", Op: "clear"},
+		{Command: "tabs", Op: "new", URL: "about:blank"},
+		{Command: "eval", Expression: "1"},
+		{Command: "upload", Selector: "input", Files: []string{"a.txt"}},
+	} {
+		e.wantCode(t, r, CodeHumanInControl)
+	}
+}
