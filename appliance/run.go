@@ -106,6 +106,7 @@ type appliance struct {
 	log      *slog.Logger
 	sup      *supervisor.Supervisor
 	capture  *supervisor.Handle
+	tab      *supervisor.Handle // tab capture; nil with video.capture cdp or when it would not start
 	encoder  *supervisor.Handle
 	browser  *browser.Browser
 	peers    *peer.Factory
@@ -148,6 +149,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	}
 	if a.encoder, err = startPlugin(ctx, a.sup, cfg, dir, plugins.KindEncoder, cfg.Plugins.Encoder); err != nil {
 		return err
+	}
+	if cfg.Video.Capture != session.CaptureCDP && cfg.Plugins.TabCapture != "" {
+		a.tab, err = startPlugin(ctx, a.sup, cfg, dir, plugins.KindCapture, cfg.Plugins.TabCapture)
+		if err != nil {
+			if cfg.Video.Capture == session.CaptureTab {
+				return err
+			}
+			// auto: the screencast serves every session.
+			log.Warn("tab capture plugin did not start; sessions use the CDP screencast", "err", err)
+			a.tab = nil
+		}
 	}
 	flags, probes, err := a.pluginFacts(ctx)
 	if err != nil {
@@ -225,9 +237,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			o.ProfileDir = dir
 			return browser.Launch(ctx, o)
 		},
-		Logger: log.With("component", "session"),
+		Logger:  log.With("component", "session"),
+		Capture: cfg.Video.Capture, TabCapture: tabHandle(a.tab),
 	}, a.browser, a.capture, a.encoder, a.codecs)
+	if cfg.Video.Capture == session.CaptureAuto && a.tab != nil {
+		a.sessions.ProbeTabCapture(ctx)
+	}
 	a.agents = agent.NewService(log.With("component", "agent"))
+	a.agents.SetPolicy(agent.Policy{AllowEval: cfg.Agent.AllowEval})
 	sopts := signaling.Options{Sessions: sessionsAdapter{a.sessions}, Peers: a.peers, RelayOnly: cfg.WebRTC.RelayOnly, Logger: log.With("component", "signaling")}
 	if a.relay != nil {
 		sopts.ICEServers = iceServers(a.relay, cfg.Turn.CredentialTTL)
@@ -306,13 +323,20 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 func (a *appliance) pluginFacts(ctx context.Context) ([]string, []encoder.Probe, error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, _, err := a.capture.Client(cctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("capture plugin: %w", err)
-	}
-	flags, err := cl.(capture.Capturer).ChromiumFlags(cctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("capture plugin flags: %w", err)
+	var flags []string
+	for _, h := range []*supervisor.Handle{a.capture, a.tab} {
+		if h == nil {
+			continue
+		}
+		cl, _, err := h.Client(cctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("capture plugin %s: %w", h.Status().Name, err)
+		}
+		f, err := cl.(capture.Capturer).ChromiumFlags(cctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("capture plugin %s flags: %w", h.Status().Name, err)
+		}
+		flags = append(flags, f...)
 	}
 	el, _, err := a.encoder.Client(cctx)
 	if err != nil {
@@ -350,7 +374,7 @@ func (a *appliance) status() any {
 	fds, _ := os.ReadDir("/proc/self/fd")
 	return map[string]any{
 		"version": version, "browser": a.browser.Version(), "plugins": plugs,
-		"codecs": a.codecs, "encoderProbes": a.probes,
+		"codecs": a.codecs, "encoderProbes": a.probes, "capture": a.sessions.CaptureStatus(),
 		// For operators and the leak tests: these must not grow with use.
 		"process": map[string]any{"goroutines": runtime.NumGoroutine(), "openFiles": len(fds)},
 	}
@@ -470,3 +494,11 @@ func (a inputAdapter) Submit(e wire.Envelope, reply func(wire.Ack)) {
 }
 
 func (a inputAdapter) Close() { a.p.Close() }
+
+// tabHandle keeps a nil handle a nil interface.
+func tabHandle(h *supervisor.Handle) session.PluginHandle {
+	if h == nil {
+		return nil
+	}
+	return h
+}

@@ -34,7 +34,14 @@ type Config struct {
 	WebRTC   WebRTC   `koanf:"webrtc"`
 	Turn     Turn     `koanf:"turn"`
 	Input    Input    `koanf:"input"`
+	Agent    Agent    `koanf:"agent"`
 	Plugins  Plugins  `koanf:"plugins"`
+}
+
+// Agent is the policy of the agent API (HTTP, CLI, MCP).
+type Agent struct {
+	// AllowEval lets admin-scoped callers run JavaScript in pages.
+	AllowEval bool `koanf:"allowEval"`
 }
 
 // Input is the policy the appliance enforces on human and agent input.
@@ -114,6 +121,8 @@ type Video struct {
 	BitrateKbps      int           `koanf:"bitrateKbps"`
 	KeyframeInterval time.Duration `koanf:"keyframeInterval"`
 	Hardware         string        `koanf:"hardware"` // auto|off|vaapi|nvenc
+	// Capture: auto (tab capture where the start-up probe works) | tab | cdp.
+	Capture string `koanf:"capture"`
 }
 
 // WebRTC is the media transport.
@@ -136,6 +145,7 @@ type Turn struct {
 type Plugins struct {
 	Dir          string                    `koanf:"dir"` // "" = directory of the tabcast binary
 	Capture      string                    `koanf:"capture"`
+	TabCapture   string                    `koanf:"tabCapture"` // "" = none
 	Encoder      string                    `koanf:"encoder"`
 	StartTimeout time.Duration             `koanf:"startTimeout"`
 	PingInterval time.Duration             `koanf:"pingInterval"`

@@ -50,9 +50,11 @@ func wantDefaults() *Config {
 			BitrateKbps:      2500,
 			KeyframeInterval: 2 * time.Second,
 			Hardware:         "auto",
+			Capture:          "auto",
 		},
 		WebRTC: WebRTC{UDPPort: 8443, TCP: true, Interfaces: []string{}, Advertise: []string{}},
 		Turn:   Turn{Enabled: true, Plugin: "turnd", CredentialTTL: 10 * time.Minute},
+		Agent:  Agent{},
 		Input: Input{
 			BlockedShortcuts: []string{"Ctrl+O", "Ctrl+S", "Ctrl+P", "Ctrl+Shift+I", "F12"},
 			AllowRightClick:  true, AllowSchemes: []string{"http", "https"},
@@ -62,6 +64,7 @@ func wantDefaults() *Config {
 		Plugins: Plugins{
 			Dir:          "",
 			Capture:      "capture-cdp",
+			TabCapture:   "capture-tab",
 			Encoder:      "encoder-ffmpeg",
 			StartTimeout: 10 * time.Second,
 			PingInterval: 2 * time.Second,

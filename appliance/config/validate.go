@@ -154,6 +154,10 @@ func validate(cfg *Config, origin func(string) string) []error {
 	c.intRange("video.bitrateKbps", v.BitrateKbps, 100, 20000)
 	c.durRange("video.keyframeInterval", v.KeyframeInterval, 500*time.Millisecond, 10*time.Second)
 	c.enum("video.hardware", v.Hardware, "auto", "off", "vaapi", "nvenc")
+	c.enum("video.capture", v.Capture, "auto", "tab", "cdp")
+	if v.Capture == "tab" && cfg.Plugins.TabCapture == "" {
+		c.fail("video.capture", "tab needs a tab-capture plugin (plugins.tabCapture is empty)")
+	}
 
 	if p := cfg.WebRTC.UDPPort; p != 0 && (p < 1024 || p > 65535) {
 		c.fail("webrtc.udpPort", "out of range: %d not 0 or in [1024, 65535]", p)
@@ -208,6 +212,9 @@ func validate(cfg *Config, origin func(string) string) []error {
 		c.fail("plugins.dir", "must be an absolute path or empty, got %q", p.Dir)
 	}
 	c.name("plugins.capture", p.Capture)
+	if p.TabCapture != "" {
+		c.name("plugins.tabCapture", p.TabCapture)
+	}
 	c.name("plugins.encoder", p.Encoder)
 	c.durRange("plugins.startTimeout", p.StartTimeout, time.Second, 2*time.Minute)
 	c.durRange("plugins.pingInterval", p.PingInterval, 100*time.Millisecond, time.Minute)

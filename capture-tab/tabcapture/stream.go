@@ -56,6 +56,8 @@ type stream struct {
 	ready   chan struct{}
 	cur     *peer
 	w, h    int
+	srcW    int // capture source size from the extension; 0 = not known yet
+	srcH    int
 	// needKey drops delta frames after a drop until the next keyframe.
 	needKey  bool
 	askedKey time.Time
@@ -394,12 +396,16 @@ func (s *stream) serveSignal(ctx context.Context, w http.ResponseWriter, r *http
 func (s *stream) api() (*webrtc.API, error) {
 	m := &webrtc.MediaEngine{}
 	fb := []webrtc.RTCPFeedback{{Type: "goog-remb"}, {Type: "ccm", Parameter: "fir"}, {Type: "nack"}, {Type: "nack", Parameter: "pli"}, {Type: "transport-cc"}}
+	// The browser reads its encoder's start and floor bitrate from our
+	// answer: on loopback its bandwidth estimate would otherwise start at
+	// ~300 kbit/s and show a smeared picture for seconds.
+	rate := fmt.Sprintf("x-google-start-bitrate=%d;x-google-min-bitrate=%d", s.cfg.MaxBitrateKbps, min(s.cfg.MaxBitrateKbps/2, 1000))
 	var c webrtc.RTPCodecParameters
 	if s.cfg.Codec == "h264" {
 		c = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
-			SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f", RTCPFeedback: fb}, PayloadType: 102}
+			SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f;" + rate, RTCPFeedback: fb}, PayloadType: 102}
 	} else {
-		c = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, RTCPFeedback: fb}, PayloadType: 96}
+		c = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, SDPFmtpLine: rate, RTCPFeedback: fb}, PayloadType: 96}
 	}
 	if err := m.RegisterCodec(c, webrtc.RTPCodecTypeVideo); err != nil {
 		return nil, err
@@ -434,6 +440,9 @@ type sigMsg struct {
 	Reason    string                   `json:"reason,omitempty"`
 	Error     string                   `json:"error,omitempty"`
 	ID        int                      `json:"id,omitempty"`
+	// Width and Height of a "size" message: the capture source's size.
+	Width  int `json:"width,omitempty"`
+	Height int `json:"height,omitempty"`
 }
 
 func (s *stream) runPeer(ctx context.Context, ws *websocket.Conn) error {
@@ -546,6 +555,12 @@ func (s *stream) runPeer(ctx context.Context, ws *websocket.Conn) error {
 				p.mu.Unlock()
 				if ch != nil {
 					ch <- m.Error
+				}
+			case "size":
+				if m.Width > 0 && m.Height > 0 && m.Width <= 16384 && m.Height <= 16384 {
+					s.mu.Lock()
+					s.srcW, s.srcH = m.Width, m.Height
+					s.mu.Unlock()
 				}
 			case "error":
 				s.log.Warn("extension error", "err", m.Error)
@@ -663,6 +678,11 @@ func (s *stream) offer(f capture.Frame) {
 	s.frames++
 	f.Seq = s.seq
 	f.Width, f.Height = s.w, s.h
+	if s.srcW > 0 {
+		// The source's size, not the encoder's (which scales down under
+		// load): the core sizes the tab's window by it.
+		f.Width, f.Height = s.srcW, s.srcH
+	}
 	if f.Keyframe {
 		s.needKey = false
 	} else if s.needKey || s.slot != nil {

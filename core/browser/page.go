@@ -208,6 +208,30 @@ func (p *Page) SetViewport(ctx context.Context, w, h int) error {
 	return nil
 }
 
+// ResizeWindowBy grows (or shrinks) the page's window by dw×dh pixels. The
+// viewport override changes what the page lays out, not the tab's real
+// view below the browser's own UI (even headless), and tab capture records
+// that view: the session corrects the window from the captured frame size.
+func (p *Page) ResizeWindowBy(ctx context.Context, dw, dh int) error {
+	win, err := cdp.Call(ctx, p.b.cdpBrowser, cdpbrowser.GetWindowForTarget, cdpbrowser.GetWindowForTargetParams{TargetID: p.targetID})
+	if err != nil {
+		return fmt.Errorf("browser: window of the page: %w", err)
+	}
+	if win.Bounds == nil {
+		return errors.New("browser: window of the page: no bounds")
+	}
+	w, h := win.Bounds.Width+int64(dw), win.Bounds.Height+int64(dh)
+	if w < 1 || h < 1 || w > maxViewport || h > maxViewport {
+		return fmt.Errorf("browser: window %dx%d out of range", w, h)
+	}
+	if _, err := cdp.Call(ctx, p.b.cdpBrowser, cdpbrowser.SetWindowBounds, cdpbrowser.SetWindowBoundsParams{
+		WindowID: win.WindowID, Bounds: &cdpbrowser.Bounds{Width: w, Height: h},
+	}); err != nil {
+		return fmt.Errorf("browser: resize the window: %w", err)
+	}
+	return nil
+}
+
 // Close detaches the session, closes the target and disposes its
 // BrowserContext. It is idempotent.
 func (p *Page) Close(ctx context.Context) error {

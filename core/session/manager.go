@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tabcast/tabcast/core/browser"
@@ -83,6 +84,11 @@ type Config struct {
 	// them, persistent sessions are refused.
 	ProfileRoot   string
 	LaunchProfile func(ctx context.Context, dir string) (Browser, error)
+	// Capture is CaptureAuto, CaptureTab or CaptureCDP ("" = cdp). Tab
+	// capture needs TabCapture, the capture-tab plugin; auto uses it only
+	// after ProbeTabCapture succeeded.
+	Capture    string
+	TabCapture PluginHandle
 }
 
 // DefaultTerminalTTL is how long terminal snapshots stay readable.
@@ -110,9 +116,14 @@ type CreateOptions struct {
 type Manager struct {
 	cfg     Config
 	log     *slog.Logger
-	capture PluginHandle
+	capture PluginHandle // the CDP screencast, also the fallback of tab capture
+	tab     PluginHandle // tab capture; nil when not configured
 	encoder PluginHandle
 	codecs  []string
+
+	probeMu      sync.Mutex
+	probe        TabProbe
+	tabFallbacks atomic.Uint64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -143,7 +154,7 @@ func NewManager(cfg Config, b Browser, capturePlugin, encoderPlugin PluginHandle
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
-		cfg: cfg, log: cfg.Logger, browser: b, capture: capturePlugin, encoder: encoderPlugin,
+		cfg: cfg, log: cfg.Logger, browser: b, capture: capturePlugin, tab: cfg.TabCapture, encoder: encoderPlugin,
 		codecs: codecs, ctx: ctx, cancel: cancel, sessions: map[string]*Session{}, profiles: map[string]bool{},
 	}
 	m.wg.Add(2)
@@ -296,6 +307,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 		id:   id, m: m, log: m.log.With("session", id), width: o.Width, height: o.Height,
 		created: time.Now(), ctx: sctx, cancel: cancel, state: StateStarting, url: o.URL,
 		pipes: map[string]*pipeline{}, owner: o.Owner,
+		capMode: m.captureModeForNew(), capModeCh: make(chan struct{}),
 	}
 	s.ho.init(o.Control)
 	s.lastInput.Store(time.Now().UnixNano())

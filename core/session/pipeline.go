@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/metrics"
+	"github.com/tabcast/tabcast/plugins/capture"
 	"github.com/tabcast/tabcast/plugins/encoder"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,6 +33,9 @@ type pipeline struct {
 	keyframe    atomic.Bool
 	kfWake      chan struct{}
 	lastKFNanos atomic.Int64
+	// passKF: a passthrough pipeline drops the browser's frames until a
+	// keyframe (at start, and after a frame it could not write).
+	passKF atomic.Bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -96,10 +100,72 @@ func (p *pipeline) requestKeyframe(rateLimited bool) {
 
 func (p *pipeline) run(ctx context.Context) {
 	defer close(p.done)
-	retry(ctx, p.encodeLoop, func(err error) {
+	retry(ctx, p.loop, func(err error) {
+		if errors.Is(err, errModeChanged) {
+			return
+		}
 		p.restarts.Add(1)
 		p.s.log.Warn("encode pipeline restarting", "codec", p.codec, "err", err)
 	})
+}
+
+// errModeChanged ends a passthrough loop when the session falls back to
+// the CDP screencast: the pipeline goes on encoding.
+var errModeChanged = errors.New("capture mode changed")
+
+func (p *pipeline) loop(ctx context.Context) error {
+	p.s.mu.Lock()
+	pass, changed := p.s.passthroughLocked(p.codec), p.s.capModeCh
+	p.s.mu.Unlock()
+	if pass {
+		return p.passLoop(ctx, changed)
+	}
+	return p.encodeLoop(ctx)
+}
+
+// passLoop serves a pipeline that forwards the browser's own VP8 (tab
+// capture): frames arrive through pass; this loop turns keyframe requests
+// into requests to the browser's encoder.
+func (p *pipeline) passLoop(ctx context.Context, changed <-chan struct{}) error {
+	p.encoderName.Store("browser (tab capture)")
+	p.hardware.Store(false)
+	p.passKF.Store(true)
+	p.requestKeyframe(false)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			return errModeChanged
+		case <-p.kfWake:
+		}
+		if p.keyframe.Swap(false) {
+			p.s.tabKeyframe(ctx)
+		}
+	}
+}
+
+// pass writes one browser-encoded frame to the track. Deltas after a gap
+// cannot decode, so they wait for a keyframe (and ask for one).
+func (p *pipeline) pass(f capture.Frame) {
+	if p.passKF.Load() {
+		if !f.Keyframe {
+			p.slot.dropped.Add(1)
+			p.requestKeyframe(true)
+			return
+		}
+		p.passKF.Store(false)
+	}
+	now := time.Now()
+	if err := p.out.write(f.Data, now); err != nil {
+		p.s.log.Debug("rtp write", "codec", p.codec, "err", err)
+	}
+	p.encoded.Add(1)
+	p.bytes.Add(uint64(len(f.Data)))
+	if f.Keyframe {
+		p.keyframes.Add(1)
+	}
+	p.age.Add(now.Sub(f.CaptureTime))
 }
 
 // retry runs once until ctx ends, with a backoff of 100 ms doubling to 2 s

@@ -24,7 +24,6 @@ import (
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/plugins/capture"
-	"google.golang.org/grpc/status"
 )
 
 // State of a session.
@@ -85,15 +84,17 @@ type Session struct {
 	url, title     string
 	pipes          map[string]*pipeline
 	viewers        int
-	captureCancel  context.CancelFunc
-	captureDone    chan struct{}
-	downloads      string  // this session's download dir; removed at close
-	profile        string  // persistent profile name, "" = ephemeral
-	ownBrowser     Browser // the profile's Chromium, closed with the session
-	releaseProfile func()  // frees the profile for the next session
-	owner          string  // fixed at Create
-	ho             handoff // control policy, holder, requests for a person
-	snapKey        string  // what Snapshot last showed, for Revision
+	captures       map[string]*captureRun // running capture loops by mode
+	capMode        string                 // CaptureTab or CaptureCDP; tab falls back to cdp once
+	capModeCh      chan struct{}          // closed when capMode changes
+	capFallback    string                 // why a tab-capture session fell back to cdp
+	downloads      string                 // this session's download dir; removed at close
+	profile        string                 // persistent profile name, "" = ephemeral
+	ownBrowser     Browser                // the profile's Chromium, closed with the session
+	releaseProfile func()                 // frees the profile for the next session
+	owner          string                 // fixed at Create
+	ho             handoff                // control policy, holder, requests for a person
+	snapKey        string                 // what Snapshot last showed, for Revision
 	snapRev        uint64
 	invited        []string // users invited to watch, sorted
 
@@ -103,8 +104,11 @@ type Session struct {
 	disp *dispatch.Dispatcher
 	hub  stateHub
 
-	slots     atomic.Pointer[[]*frameSlot]
-	lastFrame atomic.Pointer[capture.Frame]
+	slots       atomic.Pointer[[]*frameSlot] // JPEG slots of encoding pipelines
+	passPipe    atomic.Pointer[pipeline]     // the pipeline tab capture feeds, if any
+	viewFixes   atomic.Int32                 // window corrections made for tab capture
+	viewFixedAt atomic.Int64                 // unix ns of the last window correction
+	lastFrame   atomic.Pointer[capture.Frame]
 
 	thumbMu       sync.Mutex // one thumbnail screenshot at a time
 	thumb         []byte
@@ -213,6 +217,25 @@ func (s *Session) OpenDownload(name string) (*os.File, error) {
 	return f, nil
 }
 
+// UploadDir is the session's upload area: files an agent may set on the
+// page's file inputs (the agent API's upload command). It is made on first
+// use (0700) inside the session's download directory as ".uploads" (hidden
+// from Downloads and OpenDownload), so it is removed with it when the
+// session closes. ErrNotReady once the session has closed.
+func (s *Session) UploadDir() (string, error) {
+	if s.downloads == "" {
+		return "", ErrNotReady
+	}
+	dir := filepath.Join(s.downloads, ".uploads")
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("%w: upload dir: %v", ErrNotReady, err)
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("%w: upload dir", ErrNotReady)
+	}
+	return dir, nil
+}
+
 // closeOwnBrowser stops the Chromium of a persistent profile and frees the
 // profile (no-op for an ephemeral session).
 func (s *Session) closeOwnBrowser() {
@@ -294,8 +317,27 @@ func (s *Session) BrowserWSURL() string {
 // Viewport is the page's size in CSS pixels.
 func (s *Session) Viewport() (w, h int) { return s.width, s.height }
 
-// Codecs are the codecs viewers of this session can ask for.
-func (s *Session) Codecs() []string { return s.m.codecs }
+// Codecs are the codecs viewers of this session can ask for, the preferred
+// first: VP8 while the session captures its tab (the browser's own VP8 goes
+// to viewers as it is, nothing re-encodes it), else the encoder's order.
+func (s *Session) Codecs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.codecsLocked()
+}
+
+func (s *Session) codecsLocked() []string {
+	if s.capMode != CaptureTab || !slices.Contains(s.m.codecs, passCodec) {
+		return s.m.codecs
+	}
+	out := []string{passCodec}
+	for _, c := range s.m.codecs {
+		if c != passCodec {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 // Subscribe attaches one viewer to codec's pipeline, starting it (and the
 // capture) when it is the first. release detaches; it is idempotent.
@@ -324,8 +366,8 @@ func (s *Session) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
 	}
 	p.refs++
 	s.viewers++
-	s.ensureCaptureLocked()
-	p.requestKeyframe(false) // the new viewer needs a picture now
+	s.reconcileCapturesLocked() // only starts loops here: nothing to wait for
+	p.requestKeyframe(false)    // the new viewer needs a picture now
 	var once sync.Once
 	release := func() { once.Do(func() { s.release(p) }) }
 	return p.out.track, release, nil
@@ -343,13 +385,13 @@ func (s *Session) release(p *pipeline) {
 		s.publishSlotsLocked()
 		stopPipe = p
 	}
-	stopCapture := s.stopCaptureIfIdleLocked()
+	stopCaptures := s.reconcileCapturesLocked()
 	s.mu.Unlock()
 	if stopPipe != nil {
 		stopPipe.stop()
 	}
-	if stopCapture != nil {
-		<-stopCapture
+	for _, done := range stopCaptures {
+		<-done
 	}
 }
 
@@ -363,119 +405,33 @@ func (s *Session) RequestKeyframe(codec string) {
 	}
 }
 
-func (s *Session) publishSlotsLocked() {
-	slots := make([]*frameSlot, 0, len(s.pipes))
-	for _, p := range s.pipes {
-		slots = append(slots, p.slot)
-	}
-	s.slots.Store(&slots)
-}
-
-func (s *Session) ensureCaptureLocked() {
-	if s.captureCancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	s.captureCancel = cancel
-	done := make(chan struct{})
-	s.captureDone = done
-	go func() {
-		defer close(done)
-		s.captureLoop(ctx)
-	}()
-}
-
-// stopCaptureIfIdleLocked cancels the capture when no pipeline needs it and
-// returns the channel to wait on (outside the lock).
-func (s *Session) stopCaptureIfIdleLocked() <-chan struct{} {
-	if len(s.pipes) > 0 || s.captureCancel == nil {
-		return nil
-	}
-	s.captureCancel()
-	s.captureCancel = nil
-	return s.captureDone
-}
-
-func (s *Session) captureLoop(ctx context.Context) {
-	retry(ctx, s.captureOnce, func(err error) {
-		if err != nil {
-			// The plugin's error text can carry the browser's DevTools URL:
-			// snapshots and logs get a stable code only.
-			code := "capture_failed"
-			if brokenPlugin(err) {
-				code = "capture_plugin_unavailable"
-			}
-			s.captureErr.Store(code)
-			s.log.Warn("capture stream ended", "code", code, "grpc", status.Code(err).String())
-		}
-	})
-}
-
-func (s *Session) captureOnce(ctx context.Context) error {
-	cl, gen, err := s.m.capture.Client(ctx)
-	if err != nil {
-		return fmt.Errorf("capture plugin: %w", err)
-	}
-	c, ok := cl.(capture.Capturer)
-	if !ok {
-		return fmt.Errorf("capture plugin: client is %T, not a capturer", cl)
-	}
-	err = c.Stream(ctx, capture.Target{
-		SessionID: s.id, BrowserWSURL: s.browser.WSURL(), TargetID: s.page.TargetID(),
-		Width: s.width, Height: s.height,
-	}, s.onFrame)
-	if err != nil && brokenPlugin(err) && ctx.Err() == nil {
-		s.m.capture.ReportFailure(gen, err)
-	}
-	return err
-}
-
-// onFrame takes one frame from the capture plugin. Plugin output is input
-// like any other: frames we cannot use are counted and dropped.
-func (s *Session) onFrame(f capture.Frame) error {
-	if f.Format != capture.FormatJPEG || len(f.Data) == 0 || len(f.Data) > maxFrameBytes {
-		s.badPluginOut.Add(1)
-		return nil
-	}
-	if f.CaptureTime.IsZero() || time.Since(f.CaptureTime) > time.Minute || time.Until(f.CaptureTime) > time.Minute {
-		f.CaptureTime = time.Now() // a clock we cannot trust must not poison frame-age figures
-	}
-	s.framesIn.Add(1)
-	s.pluginDropped.Store(f.Dropped)
-	fp := &f
-	s.lastFrame.Store(fp)
-	if slots := s.slots.Load(); slots != nil {
-		for _, sl := range *slots {
-			sl.put(fp)
-		}
-	}
-	return nil
-}
-
 // Snapshot is a session's state as the API and panels see it.
 type Snapshot struct {
-	ID             string          `json:"id"`
-	State          State           `json:"state"`
-	TerminalReason string          `json:"terminalReason,omitempty"`
-	URL            string          `json:"url"`
-	Title          string          `json:"title"`
-	Width          int             `json:"width"`
-	Height         int             `json:"height"`
-	CreatedAt      time.Time       `json:"createdAt"`
-	CaptureMode    string          `json:"captureMode"`
-	Codecs         []string        `json:"codecs"`
-	Viewers        int             `json:"viewers"`
-	Producers      int             `json:"producers"`
-	PageRevision   uint64          `json:"pageRevision"`
-	FramesCaptured uint64          `json:"framesCaptured"`
-	CaptureDropped uint64          `json:"captureDropped"`
-	BadPluginOut   uint64          `json:"badPluginOutput"`
-	CaptureError   string          `json:"captureError,omitempty"`
-	Pipelines      []PipelineStats `json:"pipelines"`
-	Owner          string          `json:"owner,omitempty"`
-	Profile        string          `json:"profile,omitempty"`
-	Control        Control         `json:"control"`
-	HumanRequests  []HumanRequest  `json:"humanRequests"`
+	ID             string    `json:"id"`
+	State          State     `json:"state"`
+	TerminalReason string    `json:"terminalReason,omitempty"`
+	URL            string    `json:"url"`
+	Title          string    `json:"title"`
+	Width          int       `json:"width"`
+	Height         int       `json:"height"`
+	CreatedAt      time.Time `json:"createdAt"`
+	CaptureMode    string    `json:"captureMode"`
+	Codecs         []string  `json:"codecs"`
+	Viewers        int       `json:"viewers"`
+	Producers      int       `json:"producers"`
+	PageRevision   uint64    `json:"pageRevision"`
+	FramesCaptured uint64    `json:"framesCaptured"`
+	CaptureDropped uint64    `json:"captureDropped"`
+	BadPluginOut   uint64    `json:"badPluginOutput"`
+	CaptureError   string    `json:"captureError,omitempty"`
+	// CaptureFallback says why a session that captured its tab went over to
+	// the CDP screencast (e.g. tab_capture_failed).
+	CaptureFallback string          `json:"captureFallback,omitempty"`
+	Pipelines       []PipelineStats `json:"pipelines"`
+	Owner           string          `json:"owner,omitempty"`
+	Profile         string          `json:"profile,omitempty"`
+	Control         Control         `json:"control"`
+	HumanRequests   []HumanRequest  `json:"humanRequests"`
 	// ReclaimAt is set while the session warns it will be closed for lack
 	// of input.
 	ReclaimAt *time.Time `json:"reclaimAt,omitempty"`
@@ -490,8 +446,8 @@ func (s *Session) Snapshot() Snapshot {
 	defer s.mu.Unlock()
 	snap := Snapshot{
 		ID: s.id, State: s.state, TerminalReason: s.reason, URL: s.url, Title: s.title,
-		Width: s.width, Height: s.height, CreatedAt: s.created, CaptureMode: "cdp",
-		Codecs: s.m.codecs, Viewers: s.viewers, Producers: s.hub.count(), FramesCaptured: s.framesIn.Load(),
+		Width: s.width, Height: s.height, CreatedAt: s.created, CaptureMode: s.capMode,
+		CaptureFallback: s.capFallback, Codecs: s.codecsLocked(), Viewers: s.viewers, Producers: s.hub.count(), FramesCaptured: s.framesIn.Load(),
 		CaptureDropped: s.pluginDropped.Load(), BadPluginOut: s.badPluginOut.Load(),
 		Pipelines: []PipelineStats{}, Owner: s.owner, Profile: s.profile, Invited: slices.Clone(s.invited),
 	}
@@ -509,7 +465,7 @@ func (s *Session) Snapshot() Snapshot {
 		snap.ReclaimAt = &t
 	}
 	key := fmt.Sprint(snap.State, snap.TerminalReason, snap.URL, snap.Title, snap.Width, snap.Height,
-		snap.Viewers, snap.Producers, snap.PageRevision, snap.CaptureError, snap.Invited, snap.Control, len(snap.HumanRequests), snap.ReclaimAt != nil)
+		snap.Viewers, snap.Producers, snap.PageRevision, snap.CaptureError, snap.CaptureMode, snap.Invited, snap.Control, len(snap.HumanRequests), snap.ReclaimAt != nil)
 	for _, r := range snap.HumanRequests {
 		key += r.ID
 	}
@@ -581,10 +537,14 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	}
 	s.wg.Wait()
 	s.mu.Lock()
-	done := s.captureDone
-	s.captureCancel = nil
+	var capDone []chan struct{}
+	for mode, r := range s.captures {
+		r.cancel()
+		capDone = append(capDone, r.done)
+		delete(s.captures, mode)
+	}
 	s.mu.Unlock()
-	if done != nil {
+	for _, done := range capDone {
 		<-done
 	}
 	if !failed && s.page != nil {

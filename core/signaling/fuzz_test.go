@@ -173,6 +173,9 @@ func TestChooseCodec(t *testing.T) {
 		{"auto", both, []string{"vp8"}, "vp8", ""},
 		{"auto", nil, both, "h264", ""},
 		{"auto", []string{"av1"}, both, "", CodeCodecUnsupported},
+		// The session's order is its preference (VP8 first under tab capture).
+		{"auto", both, []string{"vp8", "h264"}, "vp8", ""},
+		{"auto", []string{"h264"}, []string{"vp8", "h264"}, "h264", ""},
 		{"vp8", both, both, "vp8", ""},
 		{"h264", []string{"vp8"}, both, "", CodeCodecUnsupported},
 		{"h264", both, []string{"vp8"}, "", CodeCodecUnsupported},

@@ -34,7 +34,7 @@ type Sessions interface {
 
 // Media is the video side of one session.
 type Media interface {
-	// Codecs lists the codecs the session can produce, e.g. ["h264","vp8"].
+	// Codecs lists the codecs the session can produce, preferred first, e.g. ["h264","vp8"].
 	Codecs() []string
 	// Subscribe starts the codec's pipeline if needed and returns its shared
 	// track; release must be called once when the viewer goes. It may
@@ -388,14 +388,16 @@ func (c *conn) handle(m Message) error {
 	return protoErr(CodeUnknownType, "unknown message type")
 }
 
-// chooseCodec applies the codec rule of the protocol: auto prefers H.264
-// when both sides have it, else VP8; an explicit codec must be on both.
+// chooseCodec applies the codec rule of the protocol: auto takes the first
+// of the session's codecs (its preference: VP8 when the browser encodes the
+// tab itself, else H.264 before VP8) that the viewer has; an explicit codec
+// must be on both.
 func chooseCodec(want string, viewer, source []string) (string, error) {
 	viewerHas := func(c string) bool { return viewer == nil || slices.Contains(viewer, c) }
 	both := func(c string) bool { return viewerHas(c) && slices.Contains(source, c) }
 	switch want {
 	case CodecAuto:
-		for _, c := range []string{CodecH264, CodecVP8} {
+		for _, c := range source {
 			if both(c) {
 				return c, nil
 			}

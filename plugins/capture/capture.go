@@ -49,9 +49,12 @@ type Frame struct {
 	Format      Format
 	Data        []byte
 	CaptureTime time.Time
-	Width       int
-	Height      int
-	Seq         uint64
+	// Width and Height: of the picture; for browser-encoded frames, of the
+	// capture source (the tab's view within the capture's size limits),
+	// which the browser's encoder may scale down under load.
+	Width  int
+	Height int
+	Seq    uint64
 	// Dropped counts frames the plugin replaced in its slot of one.
 	Dropped  uint64
 	Keyframe bool

@@ -44,7 +44,7 @@ func Binaries() (string, error) {
 		if buildErr != nil {
 			return
 		}
-		for pkg, out := range map[string]string{"./appliance": "tabcast", "./capture-cdp": "capture-cdp", "./encoder-ffmpeg": "encoder-ffmpeg", "./auth-local": "auth-local", "./turnd": "turnd"} {
+		for pkg, out := range map[string]string{"./appliance": "tabcast", "./capture-cdp": "capture-cdp", "./encoder-ffmpeg": "encoder-ffmpeg", "./auth-local": "auth-local", "./turnd": "turnd", "./capture-tab": "capture-tab"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, out), pkg)
 			cmd.Dir = repoRoot()
 			if b, err := cmd.CombinedOutput(); err != nil {

@@ -12,6 +12,7 @@ function stopSession(key, why) {
   const s = sessions.get(key);
   if (!s) return;
   sessions.delete(key);
+  if (s.sizeTimer) clearInterval(s.sizeTimer);
   if (why) s.send({type: 'ended', reason: why});
   try { s.media && s.media.getTracks().forEach((t) => t.stop()); } catch (e) {}
   try { s.pc && s.pc.close(); } catch (e) {}
@@ -57,7 +58,10 @@ async function start(m) {
     }
   }
   const track = media.getVideoTracks()[0];
-  if (m.contentHint) track.contentHint = m.contentHint;
+  // 'detail' (screen content): the encoder keeps the resolution and drops
+  // frame rate under pressure, so text stays sharp and the frame size stays
+  // the tab's view size (the core fits the window by it).
+  track.contentHint = m.contentHint || 'detail';
   const s = {key: m.key, media, pc: null, ws: null, sender: null, queue: []};
   s.send = (o) => {
     if (s.ws && s.ws.readyState === WebSocket.OPEN) s.ws.send(JSON.stringify(o));
@@ -80,6 +84,11 @@ async function start(m) {
     if (m.maxFps > 0) enc.maxFramerate = m.maxFps;
     const tr = pc.addTransceiver(track, {direction: 'sendonly', streams: [media], sendEncodings: [enc]});
     s.sender = tr.sender;
+    try {
+      const sp = tr.sender.getParameters();
+      sp.degradationPreference = 'maintain-resolution';
+      await tr.sender.setParameters(sp);
+    } catch (e) { /* older browsers: contentHint 'detail' implies it */ }
     preferCodec(tr, m.codec || 'vp8');
     pc.onicecandidate = (e) => { if (e.candidate) s.send({type: 'candidate', candidate: e.candidate.toJSON()}); };
     pc.onconnectionstatechange = () => {
@@ -100,6 +109,17 @@ async function start(m) {
         s.send({type: msg.type === 'params' ? 'paramsResult' : 'error', id: msg.id, error: String(e)});
       }
     };
+    // The source size (the tab's view within the size limits, before the
+    // encoder scales anything): the core fits the tab's window by it.
+    let lastSize = '';
+    s.sizeTimer = setInterval(() => {
+      const st = track.getSettings ? track.getSettings() : {};
+      const k = st.width + 'x' + st.height;
+      if (st.width > 0 && st.height > 0 && k !== lastSize) {
+        lastSize = k;
+        s.send({type: 'size', width: st.width, height: st.height});
+      }
+    }, 250);
     const offer = await pc.createOffer();
     await pc.setLocalDescription(offer);
     s.send({type: 'offer', sdp: pc.localDescription.sdp,
