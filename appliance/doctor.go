@@ -19,6 +19,7 @@ import (
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/supervisor"
 	"github.com/tabcast/tabcast/plugins"
+	"github.com/tabcast/tabcast/plugins/capture"
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
 
@@ -104,6 +105,7 @@ func doctor(ctx context.Context, cfg *config.Config, stderr io.Writer) []check {
 			out = append(out, encoderChecks(ctx, h)...)
 		}
 	}
+	out = append(out, tabCaptureCheck(ctx, cfg, sup, dir))
 	out = append(out, authChecks(ctx, cfg, sup, dir)...)
 	out = append(out, turnChecks(ctx, cfg, sup, dir)...)
 	return append(out, tlsCheck(cfg))
@@ -231,4 +233,52 @@ func portChecks(cfg *config.Config) []check {
 		}
 	}
 	return out
+}
+
+// tabCaptureCheck runs the same tab-capture probe as `tabcast run` (a real
+// capture of a probe tab in a Chromium started with the plugin's flags) and
+// says which capture path sessions will use.
+func tabCaptureCheck(ctx context.Context, cfg *config.Config, sup *supervisor.Supervisor, dir string) check {
+	c := check{Name: "tab capture"}
+	if cfg.Video.Capture == session.CaptureCDP || cfg.Plugins.TabCapture == "" {
+		c.Status, c.Detail = "ok", "off (video.capture "+cfg.Video.Capture+", plugins.tabCapture "+strconv.Quote(cfg.Plugins.TabCapture)+"): sessions use the CDP screencast"
+		return c
+	}
+	h, err := startPlugin(ctx, sup, cfg, dir, plugins.KindCapture, cfg.Plugins.TabCapture)
+	if err != nil {
+		c.Status, c.Detail, c.Hint = "warn", err.Error(), "build the plugins (make build) or set video.capture cdp"
+		return c
+	}
+	cl, _, err := h.Client(ctx)
+	var flags []string
+	if err == nil {
+		flags, err = cl.(capture.Capturer).ChromiumFlags(ctx)
+	}
+	if err != nil {
+		c.Status, c.Detail = "warn", "plugin flags: "+err.Error()
+		return c
+	}
+	bctx, cancel := context.WithTimeout(ctx, cfg.Browser.StartTimeout)
+	defer cancel()
+	b, err := browser.Launch(bctx, browser.Options{Path: cfg.Browser.Path, Headless: cfg.Browser.Headless, NoSandbox: cfg.Browser.NoSandbox,
+		ExtraFlags: append(append([]string{}, cfg.Browser.ExtraFlags...), flags...), StartTimeout: cfg.Browser.StartTimeout})
+	if err != nil {
+		c.Status, c.Detail = "fail", "start chromium with the extension: "+err.Error()
+		return c
+	}
+	defer b.Close()
+	m := session.NewManager(session.Config{Capture: cfg.Video.Capture, TabCapture: h, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}, b, nil, nil, nil)
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		m.Shutdown(sctx)
+		scancel()
+	}()
+	res := m.ProbeTabCapture(ctx)
+	if res.OK {
+		c.Status, c.Detail = "ok", fmt.Sprintf("works: first frame after %s; sessions capture their tab (VP8 from the browser, no re-encode)", res.FirstFrame.Round(time.Millisecond))
+		return c
+	}
+	c.Status, c.Detail = "warn", "unavailable ("+res.Reason+"): sessions use the CDP screencast"
+	c.Hint = "see `tabcast run` logs (capture-tab); set video.capture cdp to skip the probe"
+	return c
 }

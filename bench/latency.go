@@ -148,7 +148,10 @@ func latencyBench(ctx context.Context) (*latencyReport, error) {
 	}
 	defer closeViewer()
 
-	if err := tabcastLatency(ctx, bctx, page.URL, rep); err != nil {
+	if err := tabcastLatency(ctx, bctx, page.URL, "tab", rep); err != nil {
+		return rep, fmt.Errorf("tab capture: %w", err)
+	}
+	if err := tabcastLatency(ctx, bctx, page.URL, "cdp", rep); err != nil {
 		return rep, err
 	}
 	if err := relayedLatency(ctx, bctx, page.URL, rep); err != nil {
@@ -168,19 +171,29 @@ func latencyBench(ctx context.Context) (*latencyReport, error) {
 }
 
 // tabcastLatency starts the appliance on the fixture and measures each codec
-// through the web panel, then the pointer-move CPU.
-func tabcastLatency(ctx context.Context, bctx context.Context, pageURL string, rep *latencyReport) error {
+// through the web panel, then the pointer-move CPU: with capture "tab" the
+// browser's own VP8 (video.capture auto, which must pick tab capture), with
+// "cdp" the screencast encoded as VP8 and H.264.
+func tabcastLatency(ctx context.Context, bctx context.Context, pageURL, capture string, rep *latencyReport) error {
 	tmp, err := os.MkdirTemp("", "tabcast-bench-latency-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 	sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	a, err := harness.Start(sctx, tmp, "browser.startURL="+pageURL, "input.allowLoopbackHosts=127.0.0.1")
+	setting, codecs := "video.capture=cdp", []string{"vp8", "h264"}
+	if capture == "tab" {
+		setting, codecs = "video.capture=auto", []string{"vp8"}
+	}
+	a, err := harness.Start(sctx, tmp, "browser.startURL="+pageURL, "input.allowLoopbackHosts=127.0.0.1", setting)
 	if err == nil {
-		_, err = a.DefaultSession(sctx)
+		var s harness.SessionSnapshot
+		s, err = a.DefaultSession(sctx)
 		if err != nil {
 			a.Kill()
+		} else if s.CaptureMode != capture {
+			a.Kill()
+			err = fmt.Errorf("the session captures by %q, want %s", s.CaptureMode, capture)
 		}
 	}
 	cancel()
@@ -191,7 +204,7 @@ func tabcastLatency(ctx context.Context, bctx context.Context, pageURL string, r
 	// Leave the panel before the appliance goes, so its peer closes cleanly.
 	defer leavePage(bctx)
 
-	for _, codec := range []string{"vp8", "h264"} {
+	for _, codec := range codecs {
 		if err := openPanel(ctx, bctx, a, "/?codec="+codec); err != nil {
 			return fmt.Errorf("%s panel: %w\n%s", codec, err, a.LogTail(2000))
 		}
@@ -199,7 +212,7 @@ func tabcastLatency(ctx context.Context, bctx context.Context, pageURL string, r
 		if err != nil {
 			return fmt.Errorf("%s receiver stats: %w", codec, err)
 		}
-		m, err := measureClicks(ctx, bctx, "tabcast", "tabcast-"+codec)
+		m, err := measureClicks(ctx, bctx, "tabcast", "tabcast-"+codec+"-"+capture)
 		if err != nil {
 			return fmt.Errorf("%s: %w\n%s", codec, err, a.LogTail(2000))
 		}
@@ -207,7 +220,7 @@ func tabcastLatency(ctx context.Context, bctx context.Context, pageURL string, r
 			m.Receiver = statsDelta(before, after)
 		}
 		rep.Modes = append(rep.Modes, m)
-		if codec == "vp8" {
+		if codec == "vp8" && capture == "cdp" {
 			c, err := moveCPU(ctx, bctx, a.Cmd.Process.Pid)
 			if err != nil {
 				return fmt.Errorf("pointer CPU: %w", err)

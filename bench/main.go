@@ -30,7 +30,10 @@ document.getElementById('b').style.left=(i*6%1040)+'px';document.getElementById(
 </script>`
 
 type codecResult struct {
-	Codec           string  `json:"codec"`
+	Codec string `json:"codec"`
+	// Capture is tab (the browser's own VP8, no re-encode) or cdp
+	// (screencast JPEGs encoded by encoder-ffmpeg).
+	Capture         string  `json:"capture"`
 	Encoder         string  `json:"encoder"`
 	DeliveredFPS    float64 `json:"deliveredFps"`
 	FirstFrameMs    float64 `json:"firstFrameMs"`
@@ -46,7 +49,18 @@ type codecResult struct {
 	OwnMsPerFrame   float64 `json:"ownEncodeCpuMsPerFrame,omitempty"`
 	CLIMsPerFrame   float64 `json:"ffmpegCliCpuMsPerFrame,omitempty"`
 	OwnToCLIPercent float64 `json:"ownToCliPercent,omitempty"`
+	// A still page watched for stillWatch: what a viewer receives when
+	// nothing moves.
+	StillKbps float64 `json:"stillPageKbps"`
+	StillFPS  float64 `json:"stillPageFps"`
+	// CPUToCDPVP8 is this path's CPU (all processes) over the CDP + VP8 path's.
+	CPUToCDPVP8 float64 `json:"cpuToCdpVp8,omitempty"`
 }
+
+// stillWatch is how long the still page is watched.
+const stillWatch = 30 * time.Second
+
+const stillPage = `<!doctype html><title>still</title><body style="margin:0;background:#234;color:#fff;font:40px sans-serif"><p style="margin:40px">A still page: nothing moves.</p>`
 
 type report struct {
 	Name      string         `json:"name"`
@@ -107,7 +121,14 @@ func run(name string, dur time.Duration) error {
 	if rep.Turn, err = turnBench(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: turn:", err)
 	}
-	a, err := harness.Start(ctx, tmp, "browser.startURL="+page.URL, "video.fps=24", "video.bitrateKbps=2500", "input.allowLoopbackHosts=127.0.0.1")
+	// Tab capture first, on an appliance of its own (video.capture auto),
+	// then the screencast paths on the one the session bench uses after.
+	if r, err := tabCaptureMedia(ctx, page.URL, dur); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: tab capture:", err)
+	} else {
+		rep.Codecs = append(rep.Codecs, r)
+	}
+	a, err := harness.Start(ctx, tmp, "browser.startURL="+page.URL, "video.fps=24", "video.bitrateKbps=2500", "input.allowLoopbackHosts=127.0.0.1", "video.capture=cdp")
 	if err != nil {
 		return err
 	}
@@ -116,16 +137,23 @@ func run(name string, dur time.Duration) error {
 	if err != nil {
 		return err
 	}
+	var cdpResults []codecResult
 	for _, codec := range []string{"vp8", "h264"} {
 		r, err := watch(ctx, a, sess.ID, codec, dur)
 		if err != nil {
 			return fmt.Errorf("%s: %w", codec, err)
 		}
-		rep.Codecs = append(rep.Codecs, r)
+		r.Capture = "cdp"
+		cdpResults = append(cdpResults, r)
 	}
-	if err := cliBaseline(ctx, page.URL, rep.Codecs); err != nil {
+	if err := cliBaseline(ctx, page.URL, cdpResults); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: ffmpeg CLI baseline:", err)
 	}
+	if err := stillBitrates(ctx, a, sess.ID, page.URL, cdpResults); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: still page:", err)
+	}
+	rep.Codecs = append(rep.Codecs, cdpResults...)
+	cpuRatios(rep.Codecs)
 	// Last: it kills Chromium on purpose (cold starts).
 	if rep.Sessions, err = sessionBench(ctx, a, page.URL); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: sessions:", err)
@@ -231,7 +259,7 @@ func printReport(r report) {
 		}
 		fmt.Println()
 	}
-	row("", func(c codecResult) string { return c.Codec })
+	row("", func(c codecResult) string { return c.Codec + " (" + c.Capture + ")" })
 	row("encoder", func(c codecResult) string { return c.Encoder })
 	f1 := func(v float64) string { return fmt.Sprintf("%.1f", v) }
 	row("delivered fps at the viewer", func(c codecResult) string { return f1(c.DeliveredFPS) })
@@ -246,6 +274,9 @@ func printReport(r report) {
 	row("encode CPU ms/frame: ours (in-process)", func(c codecResult) string { return fmt.Sprintf("%.2f", c.OwnMsPerFrame) })
 	row("encode CPU ms/frame: ffmpeg CLI baseline", func(c codecResult) string { return fmt.Sprintf("%.2f", c.CLIMsPerFrame) })
 	row("ours / CLI (%)", func(c codecResult) string { return fmt.Sprintf("%.0f", c.OwnToCLIPercent) })
+	row("CPU (all processes) / CDP+VP8's", func(c codecResult) string { return fmt.Sprintf("%.2f×", c.CPUToCDPVP8) })
+	row("still page, 30 s: kbit/s / fps", func(c codecResult) string { return fmt.Sprintf("%.1f / %.1f", c.StillKbps, c.StillFPS) })
+	fmt.Println("  targets: tab capture CPU <= 0.7× the CDP path's; a still page <= 100 kbit/s")
 	fmt.Println()
 	printLatency(r.Latency)
 }

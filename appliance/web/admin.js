@@ -93,6 +93,14 @@ async function loadStatus() {
     $("app-version").textContent = show(pick(st, "version"));
     $("chromium-version").textContent = show(pick(st, "browser"));
     $("codecs").textContent = show(pick(st, "codecs"));
+    // The tab-capture probe: which path new sessions take, and why.
+    const cap = pick(st, "capture") || {};
+    let capText = "screencast (cdp)";
+    if (pick(cap, "ok")) capText = `tab capture (probe: first frame in ${Math.round((pick(cap, "firstFrameNs") || 0) / 1e6)} ms)`;
+    else if (pick(cap, "tried")) capText = `screencast (tab capture probe failed: ${show(pick(cap, "reason"))})`;
+    const fb = pick(cap, "fallbacks") || 0;
+    if (fb) capText += `, ${fb} session(s) fell back`;
+    $("capture-mode").textContent = `${capText}; video.capture ${show(pick(cap, "mode"))}`;
     const proc = pick(st, "process") || {};
     $("goroutines").textContent = show(pick(proc, "goroutines"));
     $("open-files").textContent = show(pick(proc, "openFiles"));

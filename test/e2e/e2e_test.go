@@ -373,22 +373,25 @@ func TestNoChildSurvivesTheCore(t *testing.T) {
 	}
 }
 
+// pluginPID is the pid of the appliance's plugin process name, or 0.
+func pluginPID(a *harness.Appliance, name string) int {
+	for _, pid := range harness.Descendants(a.Cmd.Process.Pid) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == name {
+			return pid
+		}
+	}
+	return 0
+}
+
 // TestStreamSurvivesPluginCrashes SIGKILLs the capture and the encoder
 // plugin while a viewer watches: the supervisor restarts them and the
 // session's pipelines reattach, so frames keep coming.
 func TestStreamSurvivesPluginCrashes(t *testing.T) {
 	p := pages(t)
-	a, s := startWithSession(t, p.URL+"/anim")
+	// The screencast path: the encoder and capture-cdp feed the viewer.
+	a, s := startWithSession(t, p.URL+"/anim", "video.capture=cdp")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	pluginPID := func(name string) int {
-		for _, pid := range harness.Descendants(a.Cmd.Process.Pid) {
-			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == name {
-				return pid
-			}
-		}
-		return 0
-	}
 	var (
 		mu     sync.Mutex
 		frames []time.Time
@@ -411,7 +414,7 @@ func TestStreamSurvivesPluginCrashes(t *testing.T) {
 	}
 	waitFrames(10, "before the crashes")
 	for _, name := range []string{"encoder-ffmpeg", "capture-cdp"} {
-		pid := pluginPID(name)
+		pid := pluginPID(a, name)
 		if pid == 0 {
 			t.Fatalf("no %s process under the core", name)
 		}

@@ -258,12 +258,15 @@ func (a *Appliance) Done() <-chan struct{} { return a.done }
 
 // SessionSnapshot is the part of a session snapshot tests read.
 type SessionSnapshot struct {
-	ID        string `json:"id"`
-	State     string `json:"state"`
-	URL       string `json:"url"`
-	Title     string `json:"title"`
-	Owner     string `json:"owner"`
-	Pipelines []struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	URL   string `json:"url"`
+	Title string `json:"title"`
+	Owner string `json:"owner"`
+	// CaptureMode is tab or cdp; CaptureFallback why tab went over to cdp.
+	CaptureMode     string `json:"captureMode"`
+	CaptureFallback string `json:"captureFallback"`
+	Pipelines       []struct {
 		Codec         string `json:"codec"`
 		Encoder       string `json:"encoder"`
 		FramesEncoded uint64 `json:"framesEncoded"`
