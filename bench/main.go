@@ -80,6 +80,7 @@ func main() {
 	name := flag.String("name", "media-720p", "result name: bench/results/<name>.json")
 	dur := flag.Duration("for", 10*time.Second, "how long each codec is watched")
 	only := flag.String("only", "", "run only this part: latency, agent or turn (writes bench/results/<part>.json)")
+	flag.IntVar(&latencyClicks, "clicks", latencyClicks, "clicks measured per latency mode")
 	flag.Parse()
 	var err error
 	switch *only {

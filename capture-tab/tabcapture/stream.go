@@ -620,6 +620,13 @@ func (s *stream) readTrack(tr *webrtc.TrackRemote) {
 			padding++
 		}
 		sb.Push(pkt)
+		if pkt.Marker {
+			// The marker ends a frame: hand it out now. Left alone, the
+			// sample builder waits for the next frame's first packet, and
+			// a still page sends its next frame only a second later (a
+			// click's repaint reached the viewer 1 s late).
+			sb.Flush()
+		}
 		for smp := sb.Pop(); smp != nil; smp = sb.Pop() {
 			h, _ := smp.Metadata.(head)
 			if h.hasID {

@@ -87,6 +87,12 @@ func buildArgs(o Options, userDataDir string) ([]string, error) {
 		"--hide-scrollbars",
 		"--mute-audio",
 		"--no-default-browser-check",
+		// Every session's window is "occluded" by the others in a headless
+		// browser; backgrounding would throttle its frames and timers
+		// (tab capture then saw a click's repaint only a second later).
+		"--disable-backgrounding-occluded-windows",
+		"--disable-renderer-backgrounding",
+		"--disable-background-timer-throttling",
 		"--remote-debugging-port=0",
 		"--remote-debugging-address=127.0.0.1",
 		"--user-data-dir="+userDataDir,
