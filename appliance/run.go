@@ -212,7 +212,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	}
 	a.peers, err = peer.NewFactory(peer.Config{
 		UDPPort: cfg.WebRTC.UDPPort, TCP: cfg.WebRTC.TCP, Interfaces: cfg.WebRTC.Interfaces,
-		Advertise: cfg.WebRTC.Advertise, RelayOnly: cfg.WebRTC.RelayOnly, Logger: log.With("component", "peer"),
+		Advertise: cfg.WebRTC.Advertise, RelayOnly: cfg.WebRTC.RelayOnly, MaxBitrateKbps: cfg.Video.BitrateKbps,
+		Logger: log.With("component", "peer"),
 	})
 	if err != nil {
 		ln.Close()
@@ -441,6 +442,11 @@ func (m mediaAdapter) Codecs() []string { return m.s.Codecs() }
 func (m mediaAdapter) RequestKeyframe(codec string) { m.s.RequestKeyframe(codec) }
 
 func (m mediaAdapter) Done() <-chan struct{} { return m.s.Done() }
+
+// ViewerBitrate lets the session's encoders follow the viewers' bandwidth.
+func (m mediaAdapter) ViewerBitrate(codec, viewer string, bps int) {
+	m.s.ViewerBitrate(codec, viewer, bps)
+}
 
 // Snapshot feeds the signaling socket's snapshot messages.
 func (m mediaAdapter) Snapshot() (uint64, any) {

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/pion/ice/v4"
 	"github.com/pion/interceptor"
+	"github.com/pion/interceptor/pkg/cc"
 	"github.com/pion/rtcp"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
@@ -88,7 +90,10 @@ type Config struct {
 	// 10 s after its last packet.
 	DisconnectedTimeout time.Duration
 	FailedTimeout       time.Duration
-	Logger              *slog.Logger
+	// MaxBitrateKbps caps (and starts) each viewer's bandwidth estimate;
+	// 0 means 2500.
+	MaxBitrateKbps int
+	Logger         *slog.Logger
 }
 
 const (
@@ -104,13 +109,14 @@ type Factory struct {
 	log     *slog.Logger
 	closers []interface{ Close() error } // shared ICE sockets (UDP and TCP mux)
 	closed  atomic.Bool
+	bwe     bweTable
 }
 
 // videoFeedback is what the viewer may send back for video: NACK for lost
 // packets, PLI/FIR for keyframes, REMB/TWCC for bandwidth (Pion defaults).
 var videoFeedback = []webrtc.RTCPFeedback{
 	{Type: "goog-remb"}, {Type: "ccm", Parameter: "fir"},
-	{Type: "nack"}, {Type: "nack", Parameter: "pli"},
+	{Type: "nack"}, {Type: "nack", Parameter: "pli"}, {Type: "transport-cc"},
 }
 
 // Codecs are the video codecs every peer can send, in offer preference
@@ -176,6 +182,14 @@ func NewFactory(cfg Config) (*Factory, error) {
 	if err := webrtc.RegisterDefaultInterceptors(me, reg); err != nil {
 		return nil, fmt.Errorf("register interceptors: %w", err)
 	}
+	f := &Factory{bwe: bweTable{m: map[string]cc.BandwidthEstimator{}}}
+	maxKbps := cfg.MaxBitrateKbps
+	if maxKbps <= 0 {
+		maxKbps = 2500
+	}
+	if err := registerBWE(me, reg, maxKbps, &f.bwe); err != nil {
+		return nil, err
+	}
 
 	se := webrtc.SettingEngine{}
 	se.LoggerFactory = &pionLogs{log: log.With("component", "pion")}
@@ -209,7 +223,7 @@ func NewFactory(cfg Config) (*Factory, error) {
 		keepIP = func(ip net.IP) bool { return ip.IsLoopback() }
 		se.SetIPFilter(keepIP)
 	}
-	f := &Factory{cfg: cfg, log: log}
+	f.cfg, f.log = cfg, log
 	if cfg.UDPPort > 0 {
 		mux, err := newUDPMux(cfg.UDPPort, filter, keepIP, se.LoggerFactory)
 		if err != nil {
@@ -347,9 +361,12 @@ type Peer struct {
 	cbWG     sync.WaitGroup
 
 	plis, firs, nacks atomic.Uint64
+	badRTCP           atomic.Uint64 // RTCP packets the interceptors refused
 	sent              sendCounters
 
 	ch *channels // input channels; nil unless Options.Interactive
+
+	bwe cc.BandwidthEstimator // nil if none was made
 
 	rtcpDone  chan struct{}
 	closeOnce sync.Once
@@ -372,7 +389,7 @@ func (f *Factory) NewPeer(o Options) (*Peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new peer connection: %w", err)
 	}
-	p := &Peer{id: id, pc: pc, opts: o, log: f.log.With("peer", id), rtcpDone: make(chan struct{}), relayOnly: f.cfg.RelayOnly}
+	p := &Peer{id: id, pc: pc, opts: o, log: f.log.With("peer", id), rtcpDone: make(chan struct{}), relayOnly: f.cfg.RelayOnly, bwe: f.bwe.take(pc.ID())}
 
 	tr, err := pc.AddTransceiverFromTrack(countingTrack{o.Track, &p.sent},
 		webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly})
@@ -449,11 +466,26 @@ func codecsFor(t webrtc.TrackLocal) []webrtc.RTPCodecParameters {
 // turns PLI/FIR into keyframe requests. It ends when the peer closes.
 func (p *Peer) readRTCP() {
 	defer close(p.rtcpDone)
+	var bad int
 	for {
 		pkts, _, err := p.sender.ReadRTCP()
 		if err != nil {
-			return
+			// A packet the interceptors refused (the congestion controller
+			// rejects feedback it cannot match) must not end RTCP for the
+			// peer: keyframe requests and bandwidth feedback go on. The
+			// sender's end is io.EOF or a closed pipe; a run of errors
+			// without a good packet in between is treated as the end too.
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || p.isClosed() || bad >= 100 {
+				return
+			}
+			if bad == 0 {
+				p.log.Debug("RTCP refused by an interceptor", "err", err)
+			}
+			bad++
+			p.badRTCP.Add(1)
+			continue
 		}
+		bad = 0
 		for _, pkt := range pkts {
 			switch pkt.(type) {
 			case *rtcp.PictureLossIndication:
@@ -467,6 +499,13 @@ func (p *Peer) readRTCP() {
 			}
 		}
 	}
+}
+
+// isClosed reports whether Close has begun.
+func (p *Peer) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 func (p *Peer) keyframe() {

@@ -25,9 +25,12 @@ const (
 // passCodec is the codec tab capture delivers, written to viewers as is.
 const passCodec = "vp8"
 
-// ReasonTabCaptureFailed is the fallback reason when tab capture of a session
-// failed after its rebind.
-const ReasonTabCaptureFailed = "tab_capture_failed"
+// Fallback reasons: tab capture of a session failed after its rebind, or a
+// viewer's link is too poor for the browser's own encoding.
+const (
+	ReasonTabCaptureFailed = "tab_capture_failed"
+	ReasonLowBandwidth     = "low_bandwidth"
+)
 
 // captureRun is one running capture loop of a session.
 type captureRun struct {
@@ -149,7 +152,7 @@ func (s *Session) fallBackToCDP(reason string, err error) {
 		return
 	}
 	// The error text can carry the DevTools URL: only its gRPC code is logged.
-	s.log.Warn("tab capture failed; the session goes over to the CDP screencast", "reason", reason, "grpc", status.Code(err).String())
+	s.log.Warn("the session goes over from tab capture to the CDP screencast", "reason", reason, "grpc", status.Code(err).String())
 	s.capMode, s.capFallback = CaptureCDP, reason
 	close(s.capModeCh)
 	s.capModeCh = make(chan struct{})
@@ -290,9 +293,9 @@ func viewCorrection(w, h, fw, fh int) (dw, dh int) {
 	return 0, 0
 }
 
-// tabKeyframe asks the browser's encoder for a keyframe (a PLI on the
-// loopback peer).
-func (s *Session) tabKeyframe(ctx context.Context) {
+// tabControl sends a keyframe request (a PLI on the loopback peer) or a
+// bitrate cap to the browser's encoder of this session's tab capture.
+func (s *Session) tabControl(ctx context.Context, c capture.StreamControl) {
 	if s.m.tab == nil {
 		return
 	}
@@ -306,8 +309,8 @@ func (s *Session) tabKeyframe(ctx context.Context) {
 	if !ok {
 		return
 	}
-	if err := ctl.Control(cctx, s.id, capture.StreamControl{Keyframe: true}); err != nil {
-		s.log.Debug("tab capture keyframe request", "grpc", status.Code(err).String())
+	if err := ctl.Control(cctx, s.id, c); err != nil {
+		s.log.Debug("tab capture control", "keyframe", c.Keyframe, "maxKbps", c.MaxBitrateKbps, "grpc", status.Code(err).String())
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,15 @@ type pipeline struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	// Bandwidth adaptation: each viewer's estimate (kbit/s) and the target
+	// the encoder follows, the weakest viewer's within [MinBitrateKbps, the
+	// configured bitrate].
+	rateMu     sync.Mutex
+	rates      map[string]int
+	targetKbps atomic.Int64
+	resStep    atomic.Int32 // resolution step of the next encoder (see resolutionStep)
+	size       atomic.Value // string, the encoded picture size
+
 	encoderName atomic.Value // string
 	hardware    atomic.Bool
 	encoded     atomic.Uint64
@@ -62,6 +72,9 @@ func newPipeline(s *Session, codec string) (*pipeline, error) {
 		age: metrics.NewWindow(512), encodeTime: metrics.NewWindow(512),
 	}
 	p.encoderName.Store("")
+	p.size.Store("")
+	p.rates = map[string]int{}
+	p.targetKbps.Store(int64(s.m.cfg.Video.BitrateKbps))
 	return p, nil
 }
 
@@ -101,13 +114,104 @@ func (p *pipeline) requestKeyframe(rateLimited bool) {
 func (p *pipeline) run(ctx context.Context) {
 	defer close(p.done)
 	retry(ctx, p.loop, func(err error) {
-		if errors.Is(err, errModeChanged) {
+		if errors.Is(err, errModeChanged) || errors.Is(err, errRescale) {
 			return
 		}
 		p.restarts.Add(1)
 		p.s.log.Warn("encode pipeline restarting", "codec", p.codec, "err", err)
 	})
 }
+
+// minTargetKbps is the lowest bitrate the encoder is asked for; the
+// browser's encoder (tab capture) gets at least minTabKbps: below that it
+// sends too little for the estimate to learn that the link recovered.
+const (
+	minTargetKbps = 300
+	minTabKbps    = 300
+)
+
+// A tab-capture session whose weakest viewer's estimate stays under
+// tabLowKbps for tabLowFor goes over to the screencast (ReasonLowBandwidth).
+const (
+	tabLowKbps = 1200
+	tabLowFor  = time.Second
+)
+
+// setViewerRate records one viewer's estimate (0 = the viewer left) and
+// recomputes the target.
+func (p *pipeline) setViewerRate(viewer string, bps int) {
+	p.rateMu.Lock()
+	defer p.rateMu.Unlock()
+	if bps <= 0 {
+		delete(p.rates, viewer)
+	} else if _, known := p.rates[viewer]; known || len(p.rates) < 64 {
+		p.rates[viewer] = bps / 1000
+	}
+	target := p.s.m.cfg.Video.BitrateKbps
+	for _, k := range p.rates {
+		target = min(target, k)
+	}
+	p.targetKbps.Store(int64(max(target, minTargetKbps)))
+}
+
+// rateStep decides whether to move the encoder from applied to target kbit/s
+// now: down quickly (the link is suffering), up slowly (each change reopens
+// an FFmpeg encoder and costs a keyframe), never for small moves.
+type rateStep struct {
+	applied int
+	at      time.Time
+}
+
+func (r *rateStep) next(target int, now time.Time) (int, bool) {
+	if r.applied == 0 {
+		r.applied, r.at = target, now
+		return 0, false // the encoder opened with the configured rate
+	}
+	diff := target - r.applied
+	switch {
+	case diff == 0 || abs(diff)*100 < r.applied*15:
+		return 0, false
+	case diff < 0 && now.Sub(r.at) < time.Second:
+		return 0, false
+	case diff > 0 && now.Sub(r.at) < 4*time.Second:
+		return 0, false
+	}
+	r.applied, r.at = target, now
+	return target, true
+}
+
+func abs(v int) int {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// Resolution steps: under a low target the encoder gets a smaller picture
+// (720p → 540p → 360p for a 1280×720 viewport), whose frames, keyframes
+// above all, fit a poor link; a step is taken when the target has called
+// for it for rescaleAfter.
+const rescaleAfter = 5 * time.Second
+
+// resolutionStep is the step (0 full, 1 three quarters, 2 half) for kbps.
+func resolutionStep(kbps int) int {
+	switch {
+	case kbps >= 1200:
+		return 0
+	case kbps >= 600:
+		return 1
+	}
+	return 2
+}
+
+// scaledSize is w×h at step, rounded to even sizes (what encoders need).
+func scaledSize(w, h, step int) (int, int) {
+	num, den := []int{1, 3, 1}[step], []int{1, 4, 2}[step]
+	return max(w*num/den&^1, 2), max(h*num/den&^1, 2)
+}
+
+// errRescale ends an encode loop to reopen the encoder at another size.
+var errRescale = errors.New("resolution step")
 
 // errModeChanged ends a passthrough loop when the session falls back to
 // the CDP screencast: the pipeline goes on encoding.
@@ -131,6 +235,10 @@ func (p *pipeline) passLoop(ctx context.Context, changed <-chan struct{}) error 
 	p.hardware.Store(false)
 	p.passKF.Store(true)
 	p.requestKeyframe(false)
+	rates := time.NewTicker(time.Second)
+	defer rates.Stop()
+	step := rateStep{applied: p.s.m.cfg.Video.BitrateKbps, at: time.Now()}
+	var lowSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -138,9 +246,28 @@ func (p *pipeline) passLoop(ctx context.Context, changed <-chan struct{}) error 
 		case <-changed:
 			return errModeChanged
 		case <-p.kfWake:
-		}
-		if p.keyframe.Swap(false) {
-			p.s.tabKeyframe(ctx)
+			if p.keyframe.Swap(false) {
+				p.s.tabControl(ctx, capture.StreamControl{Keyframe: true})
+			}
+		case now := <-rates.C:
+			target := int(p.targetKbps.Load())
+			// The browser's encoder cannot serve a poor link: it sends no
+			// periodic keyframes and its keyframes burst far over a low
+			// rate, so a lost one freezes the picture for good. A viewer
+			// whose link stays poor moves the session to the screencast,
+			// whose encoder keeps small frames and regular keyframes.
+			if target >= tabLowKbps {
+				lowSince = time.Time{}
+			} else if lowSince.IsZero() {
+				lowSince = now
+			} else if now.Sub(lowSince) >= tabLowFor {
+				p.s.fallBackToCDP(ReasonLowBandwidth, nil)
+				continue
+			}
+			if kbps, ok := step.next(max(target, minTabKbps), now); ok {
+				// The browser's encoder takes a cap (RTCRtpSender maxBitrate).
+				p.s.tabControl(ctx, capture.StreamControl{MaxBitrateKbps: kbps})
+			}
 		}
 	}
 }
@@ -213,8 +340,10 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 		return fmt.Errorf("encoder plugin: client is %T, not an encoder", cl)
 	}
 	v := p.s.m.cfg.Video
+	step := int(p.resStep.Load())
+	w, h := scaledSize(p.s.width, p.s.height, step)
 	st, err := enc.Open(ctx, encoder.OpenParams{
-		Codec: p.codec, Width: p.s.width, Height: p.s.height, FPS: v.FPS,
+		Codec: p.codec, Width: w, Height: h, FPS: v.FPS,
 		BitrateKbps: v.BitrateKbps, KeyframeInterval: v.KeyframeInterval, Hardware: v.Hardware,
 	})
 	if err != nil {
@@ -226,6 +355,7 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 	defer st.Close()
 	p.encoderName.Store(st.Opened().Encoder)
 	p.hardware.Store(st.Opened().Hardware)
+	p.size.Store(fmt.Sprintf("%dx%d", w, h))
 	// A fresh encoder starts with a keyframe anyway; ask so that the
 	// still-page path below re-sends the last picture to viewers at once.
 	p.requestKeyframe(false)
@@ -238,6 +368,8 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 	var (
 		seq        uint64
 		lastEncode time.Time
+		rates      = rateStep{applied: v.BitrateKbps, at: time.Now()}
+		stepSince  time.Time // since when the target has called for another step
 	)
 	for {
 		select {
@@ -254,6 +386,22 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 			}
 		}
 		lastEncode = time.Now()
+		target := int(p.targetKbps.Load())
+		if want := resolutionStep(target); want == step {
+			stepSince = time.Time{}
+		} else if stepSince.IsZero() {
+			stepSince = lastEncode
+		} else if lastEncode.Sub(stepSince) >= rescaleAfter {
+			p.resStep.Store(int32(want))
+			p.s.log.Info("resolution step", "codec", p.codec, "targetKbps", target, "from", step, "to", want)
+			return errRescale
+		}
+		if kbps, ok := rates.next(target, lastEncode); ok {
+			// Applied before the next frame (FFmpeg reopens the encoder).
+			if err := st.Control(encoder.Control{BitrateKbps: kbps}); err != nil {
+				p.s.log.Debug("encoder bitrate", "kbps", kbps, "err", err)
+			}
+		}
 		f := p.slot.take()
 		force := p.keyframe.Swap(false)
 		if f == nil {
@@ -301,16 +449,22 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 
 // PipelineStats is one codec pipeline's state in a session snapshot.
 type PipelineStats struct {
-	Codec          string          `json:"codec"`
-	Encoder        string          `json:"encoder"`
-	Hardware       bool            `json:"hardware"`
-	Viewers        int             `json:"viewers"`
-	FramesEncoded  uint64          `json:"framesEncoded"`
-	Keyframes      uint64          `json:"keyframes"`
-	FramesDropped  uint64          `json:"framesDropped"`
-	BadFrames      uint64          `json:"badFrames"`
-	Bytes          uint64          `json:"bytes"`
-	Restarts       uint64          `json:"restarts"`
+	Codec         string `json:"codec"`
+	Encoder       string `json:"encoder"`
+	Hardware      bool   `json:"hardware"`
+	Viewers       int    `json:"viewers"`
+	FramesEncoded uint64 `json:"framesEncoded"`
+	Keyframes     uint64 `json:"keyframes"`
+	FramesDropped uint64 `json:"framesDropped"`
+	BadFrames     uint64 `json:"badFrames"`
+	Bytes         uint64 `json:"bytes"`
+	Restarts      uint64 `json:"restarts"`
+	// TargetKbps is what the encoder is told to send: the weakest viewer's
+	// bandwidth estimate within [300, video.bitrateKbps].
+	TargetKbps int `json:"targetKbps"`
+	// Size is the encoded picture's size (smaller than the viewport on a
+	// resolution step).
+	Size           string          `json:"size"`
 	FrameAge       metrics.Summary `json:"frameAge"`
 	EncodeDuration metrics.Summary `json:"encodeDuration"`
 }
@@ -320,6 +474,6 @@ func (p *pipeline) stats(viewers int) PipelineStats {
 		Codec: p.codec, Encoder: p.encoderName.Load().(string), Hardware: p.hardware.Load(),
 		Viewers: viewers, FramesEncoded: p.encoded.Load(), Keyframes: p.keyframes.Load(),
 		FramesDropped: p.slot.dropped.Load(), BadFrames: p.badFrames.Load(), Bytes: p.bytes.Load(),
-		Restarts: p.restarts.Load(), FrameAge: p.age.Summary(), EncodeDuration: p.encodeTime.Summary(),
+		Restarts: p.restarts.Load(), TargetKbps: int(p.targetKbps.Load()), Size: p.size.Load().(string), FrameAge: p.age.Summary(), EncodeDuration: p.encodeTime.Summary(),
 	}
 }

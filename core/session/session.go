@@ -395,6 +395,17 @@ func (s *Session) release(p *pipeline) {
 	}
 }
 
+// ViewerBitrate records a viewer's bandwidth estimate (bit/s; 0 = gone) for
+// codec's pipeline, whose encoder follows the weakest viewer.
+func (s *Session) ViewerBitrate(codec, viewer string, bps int) {
+	s.mu.Lock()
+	p := s.pipes[codec]
+	s.mu.Unlock()
+	if p != nil {
+		p.setViewerRate(viewer, bps)
+	}
+}
+
 // RequestKeyframe turns a viewer's PLI/FIR into a (rate-limited) keyframe.
 func (s *Session) RequestKeyframe(codec string) {
 	s.mu.Lock()

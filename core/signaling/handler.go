@@ -32,6 +32,16 @@ type Sessions interface {
 	Media(sessionID string) (Media, error)
 }
 
+// BitrateSink is implemented by Media whose encoders adapt to the viewers'
+// bandwidth estimates: each viewer's send-side estimate is reported every
+// second (bit/s), and 0 when the viewer goes.
+type BitrateSink interface {
+	ViewerBitrate(codec, viewer string, bps int)
+}
+
+// bitrateEvery is how often a viewer's estimate is reported.
+const bitrateEvery = time.Second
+
 // Media is the video side of one session.
 type Media interface {
 	// Codecs lists the codecs the session can produce, preferred first, e.g. ["h264","vp8"].
@@ -517,6 +527,9 @@ func (c *conn) hello(m Message) error {
 	if sn, ok := c.media.(Snapshotter); ok {
 		go c.pushSnapshots(sn)
 	}
+	if bs, ok := c.media.(BitrateSink); ok {
+		go c.reportBitrate(bs, p, codec)
+	}
 
 	offer, err := p.CreateOffer()
 	if err != nil {
@@ -832,6 +845,24 @@ func (c *conn) pushSnapshots(sn Snapshotter) {
 		case <-c.ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// reportBitrate feeds the viewer's bandwidth estimate to the session until
+// the connection ends, then withdraws it.
+func (c *conn) reportBitrate(bs BitrateSink, p *peer.Peer, codec string) {
+	t := time.NewTicker(bitrateEvery)
+	defer t.Stop()
+	defer bs.ViewerBitrate(codec, p.ID(), 0)
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			if bps := p.TargetBitrate(); bps > 0 {
+				bs.ViewerBitrate(codec, p.ID(), bps)
+			}
 		}
 	}
 }

@@ -271,6 +271,8 @@ type SessionSnapshot struct {
 		Encoder       string `json:"encoder"`
 		FramesEncoded uint64 `json:"framesEncoded"`
 		FramesDropped uint64 `json:"framesDropped"`
+		TargetKbps    int    `json:"targetKbps"`
+		Size          string `json:"size"`
 		FrameAge      struct {
 			P50 float64 `json:"p50Ms"`
 			P95 float64 `json:"p95Ms"`

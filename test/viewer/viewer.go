@@ -59,7 +59,20 @@ type Result struct {
 	WelcomeICEServers int `json:"welcomeIceServers,omitempty"`
 	// ICERestarts counts the appliance's ICE restart offers.
 	ICERestarts int `json:"iceRestarts,omitempty"`
+	// Seconds are the frames and bytes of each second after the first
+	// frame; MaxGap the longest time between two frames.
+	Seconds []Second      `json:"seconds,omitempty"`
+	MaxGap  time.Duration `json:"maxGapNs"`
 }
+
+// Second is one second of a watch.
+type Second struct {
+	Frames int `json:"frames"`
+	Bytes  int `json:"bytes"`
+}
+
+// maxSeconds bounds Result.Seconds.
+const maxSeconds = 3600
 
 // Options for Watch.
 type Options struct {
@@ -189,7 +202,11 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 		mu.Lock()
 		res.Codec = codec
 		mu.Unlock()
-		sb := samplebuilder.New(256, dep, t.Codec().ClockRate)
+		var firstAt, lastAt time.Time
+		// Like a browser's jitter buffer: a frame still incomplete after
+		// 500 ms is given up (a lost packet the NACKs did not recover must
+		// not hold every later frame back).
+		sb := samplebuilder.New(256, dep, t.Codec().ClockRate, samplebuilder.WithMaxTimeDelay(500*time.Millisecond))
 		for {
 			pkt, _, err := t.ReadRTP()
 			if err != nil {
@@ -201,6 +218,19 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 				mu.Lock()
 				res.Frames++
 				res.Bytes += f.Size
+				if res.Frames == 1 {
+					firstAt = f.Arrived
+				} else {
+					res.MaxGap = max(res.MaxGap, f.Arrived.Sub(lastAt))
+				}
+				lastAt = f.Arrived
+				if sec := int(f.Arrived.Sub(firstAt) / time.Second); sec < maxSeconds {
+					for len(res.Seconds) <= sec {
+						res.Seconds = append(res.Seconds, Second{})
+					}
+					res.Seconds[sec].Frames++
+					res.Seconds[sec].Bytes += f.Size
+				}
 				if f.Keyframe {
 					res.Keyframes++
 				}

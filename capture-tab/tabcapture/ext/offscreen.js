@@ -58,9 +58,9 @@ async function start(m) {
     }
   }
   const track = media.getVideoTracks()[0];
-  // 'detail' (screen content): the encoder keeps the resolution and drops
-  // frame rate under pressure, so text stays sharp and the frame size stays
-  // the tab's view size (the core fits the window by it).
+  // 'detail': screen content (sharp text, the screen-content encoder
+  // settings). The core fits the window by the source size the track
+  // reports, not by the encoded size, so the encoder may scale.
   track.contentHint = m.contentHint || 'detail';
   const s = {key: m.key, media, pc: null, ws: null, sender: null, queue: []};
   s.send = (o) => {
@@ -86,9 +86,12 @@ async function start(m) {
     s.sender = tr.sender;
     try {
       const sp = tr.sender.getParameters();
-      sp.degradationPreference = 'maintain-resolution';
+      // Under a low bitrate cap scale the picture down rather than drop to
+      // a frame every few seconds ('detail' alone implies keeping the
+      // resolution): a moving page must keep moving.
+      sp.degradationPreference = 'balanced';
       await tr.sender.setParameters(sp);
-    } catch (e) { /* older browsers: contentHint 'detail' implies it */ }
+    } catch (e) { /* older browsers: their default */ }
     preferCodec(tr, m.codec || 'vp8');
     pc.onicecandidate = (e) => { if (e.candidate) s.send({type: 'candidate', candidate: e.candidate.toJSON()}); };
     pc.onconnectionstatechange = () => {
