@@ -67,8 +67,9 @@ type Result struct {
 
 // Second is one second of a watch.
 type Second struct {
-	Frames int `json:"frames"`
-	Bytes  int `json:"bytes"`
+	Frames    int `json:"frames"`
+	Keyframes int `json:"keyframes"`
+	Bytes     int `json:"bytes"`
 }
 
 // maxSeconds bounds Result.Seconds.
@@ -87,6 +88,9 @@ type Options struct {
 	OnFrame func(Frame)
 	// PLIAfter, if > 0, sends one PLI after that many frames.
 	PLIAfter int
+	// PLIEvery, if > 0, sends a PLI at that interval from the first frame
+	// on (a misbehaving viewer's storm).
+	PLIEvery time.Duration
 	Header   http.Header
 	// Token, if set, is sent as a Bearer token.
 	Token string
@@ -230,6 +234,9 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 					}
 					res.Seconds[sec].Frames++
 					res.Seconds[sec].Bytes += f.Size
+					if f.Keyframe {
+						res.Seconds[sec].Keyframes++
+					}
 				}
 				if f.Keyframe {
 					res.Keyframes++
@@ -239,7 +246,23 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 					res.FirstFrame = time.Since(start)
 				}
 				mu.Unlock()
-				once.Do(func() { close(first) })
+				once.Do(func() {
+					close(first)
+					if o.PLIEvery > 0 {
+						go func(ssrc uint32) {
+							tick := time.NewTicker(o.PLIEvery)
+							defer tick.Stop()
+							for {
+								select {
+								case <-doneRx:
+									return
+								case <-tick.C:
+									_ = pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: ssrc}})
+								}
+							}
+						}(uint32(t.SSRC()))
+					}
+				})
 				if o.OnFrame != nil {
 					o.OnFrame(f)
 				}
