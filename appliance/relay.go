@@ -52,6 +52,24 @@ func selfAddresses(cfg *config.Config) ([]string, error) {
 // ICE port as the only peers it may relay to (unless set explicitly).
 func startRelay(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Config, dir string) (*supervisor.Handle, error) {
 	name := cfg.Turn.Plugin
+	b, err := relayConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h, err := sup.Start(ctx, supervisor.Spec{
+		Name: name, Kind: plugins.KindTurn, Path: dir + "/" + name,
+		SHA256: cfg.Plugins.SHA256[name], Config: b,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s (turn): %w", name, err)
+	}
+	return h, nil
+}
+
+// relayConfig is the relay plugin's config: its subtree plus what the
+// appliance knows (its own addresses and media port, its certificate).
+func relayConfig(cfg *config.Config) ([]byte, error) {
+	name := cfg.Turn.Plugin
 	raw, err := cfg.PluginConfigJSON(name)
 	if err != nil {
 		return nil, err
@@ -89,18 +107,7 @@ func startRelay(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Con
 			}
 		}
 	}
-	b, err := json.Marshal(conf)
-	if err != nil {
-		return nil, err
-	}
-	h, err := sup.Start(ctx, supervisor.Spec{
-		Name: name, Kind: plugins.KindTurn, Path: dir + "/" + name,
-		SHA256: cfg.Plugins.SHA256[name], Config: b,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("plugin %s (turn): %w", name, err)
-	}
-	return h, nil
+	return json.Marshal(conf)
 }
 
 // selfAddressesLAN are the appliance's non-loopback IPv4 addresses.
@@ -167,7 +174,7 @@ func relayMetrics(h *supervisor.Handle) func(ctx context.Context) []httpapi.Metr
 			return nil
 		}
 		return []httpapi.Metric{
-			{Name: "tabcast_turn_allocations", Type: "gauge", Help: "TURN allocations open now.", Value: float64(st.AllocationsActive)},
+			{Name: "tabcast_turn_allocations_active", Type: "gauge", Help: "TURN allocations open now.", Value: float64(st.AllocationsActive)},
 			{Name: "tabcast_turn_allocations_total", Type: "counter", Help: "TURN allocations made.", Value: float64(st.AllocationsTotal)},
 			{Name: "tabcast_turn_auth_failures_total", Type: "counter", Help: "TURN requests with refused credentials (unknown, expired, revoked, wrong HMAC).", Value: float64(st.AuthFailures)},
 			{Name: "tabcast_turn_denies_total", Type: "counter", Help: "TURN permissions refused by the peer policy.", Value: float64(st.PermissionDenies)},

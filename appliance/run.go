@@ -36,12 +36,20 @@ import (
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
 
-func newLogger(w io.Writer, level string) *slog.Logger {
+// newLogger is the JSON logger at level; the level can change later (a
+// config reload) through the returned LevelVar.
+func newLogger(w io.Writer, level string) (*slog.Logger, *slog.LevelVar) {
+	lv := &slog.LevelVar{}
+	setLevel(lv, level)
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv})), lv
+}
+
+func setLevel(lv *slog.LevelVar, level string) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	lv.Set(l)
 }
 
 // pluginsDir is where plugin binaries live: the configured dir, or the
@@ -117,6 +125,8 @@ type appliance struct {
 	gate     *gate
 	agents   *agent.Service
 	relay    *supervisor.Handle // nil without turn.enabled
+	cfg      *config.Config     // what runs now; replaced by reloads (one at a time, on run's goroutine)
+	rl       reloader
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -125,19 +135,29 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		printConfigError(stderr, err)
 		return 1
 	}
-	log := newLogger(stderr, cfg.Log.Level)
+	log, level := newLogger(stderr, cfg.Log.Level)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg, log, stdout); err != nil {
+	// SIGHUP re-reads the same layers (file, environment, flags).
+	load := func() (*config.Config, error) {
+		c, _, err := loadConfig("run", args, io.Discard, nil)
+		return c, err
+	}
+	if err := run(ctx, cfg, log, stdout, reloader{load: load, level: level}); err != nil {
 		log.Error("tabcast stopped", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Writer) error {
-	a := &appliance{log: log}
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Writer, rl reloader) error {
+	a := &appliance{log: log, cfg: cfg, rl: rl}
 	defer a.shutdown()
+	// From the start: a SIGHUP during start-up must not end the process
+	// (its default); it is served once the appliance runs.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	dir, err := pluginsDir(cfg)
 	if err != nil {
@@ -219,6 +239,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		ln.Close()
 		return fmt.Errorf("webrtc: %w", err)
 	}
+	tm := newTelemetry()
 	a.sessions = session.NewManager(session.Config{
 		Width: cfg.Browser.Width, Height: cfg.Browser.Height,
 		MaxSessions: cfg.Sessions.Max, MaxViewers: cfg.Sessions.MaxViewers,
@@ -240,13 +261,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		},
 		Logger:  log.With("component", "session"),
 		Capture: cfg.Video.Capture, TabCapture: tabHandle(a.tab),
+		Telemetry: tm,
 	}, a.browser, a.capture, a.encoder, a.codecs)
 	if cfg.Video.Capture == session.CaptureAuto && a.tab != nil {
 		a.sessions.ProbeTabCapture(ctx)
 	}
 	a.agents = agent.NewService(log.With("component", "agent"))
 	a.agents.SetPolicy(agent.Policy{AllowEval: cfg.Agent.AllowEval})
-	sopts := signaling.Options{Sessions: sessionsAdapter{a.sessions}, Peers: a.peers, RelayOnly: cfg.WebRTC.RelayOnly, Logger: log.With("component", "signaling")}
+	sopts := signaling.Options{Sessions: sessionsAdapter{a.sessions}, Peers: a.peers, RelayOnly: cfg.WebRTC.RelayOnly, Logger: log.With("component", "signaling"), Telemetry: tm}
 	if a.relay != nil {
 		sopts.ICEServers = iceServers(a.relay, cfg.Turn.CredentialTTL)
 	}
@@ -256,6 +278,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		Handler: httpapi.New(httpapi.Options{
 			Sessions: a.sessions, Signal: a.signal, Panel: web.FS, Status: a.status, Ready: a.ready, Plugins: a.pluginMetrics,
 			Auth: a.gate.opts, Agent: a.agents, Metrics: a.extraMetrics, Logger: log.With("component", "http"),
+			Telemetry: tm, Processes: a.pluginProcesses,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
@@ -304,11 +327,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		}
 	}
 
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case err := <-srvErr:
-		return fmt.Errorf("http server: %w", err)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down")
+			break wait
+		case err := <-srvErr:
+			return fmt.Errorf("http server: %w", err)
+		case <-hup:
+			a.reload(ctx)
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

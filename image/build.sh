@@ -44,7 +44,7 @@ log() { printf '[image %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { printf 'image: ERROR: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run as root (mmdebstrap root mode, root-owned files in the image)"
-for b in tabcast capture-cdp encoder-ffmpeg auth-local turnd; do
+for b in tabcast capture-cdp capture-tab encoder-ffmpeg auth-local turnd; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b missing: run make build"
 done
 case $ROOT_B in empty|copy) ;; *) die "IMAGE_ROOT_B must be empty or copy" ;; esac

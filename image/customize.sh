@@ -15,7 +15,7 @@ tar -C "$here/rootfs" --owner=0 --group=0 --mode='u+rwX,go+rX,go-w' -cf - . |
 	tar -C "$root" -xf - --no-overwrite-dir
 
 log "tabcast binaries -> /usr/lib/tabcast"
-for b in tabcast capture-cdp encoder-ffmpeg auth-local turnd; do
+for b in tabcast capture-cdp capture-tab encoder-ffmpeg auth-local turnd; do
 	install -m 0755 -o 0 -g 0 "$IMAGE_BIN/$b" "$root/usr/lib/tabcast/$b"
 done
 ln -sfn ../lib/tabcast/tabcast "$root/usr/bin/tabcast"

@@ -93,12 +93,12 @@ dbg "$ROOTA" "stat /usr/bin/tabcast" >"$work/o" || true
 grep -q 'Fast link dest: "../lib/tabcast/tabcast"' "$work/o" ||
 	fail "rootA: /usr/bin/tabcast does not point to ../lib/tabcast/tabcast"
 ok "rootA: /usr/bin/tabcast -> ../lib/tabcast/tabcast"
-for b in tabcast capture-cdp encoder-ffmpeg auth-local turnd; do
+for b in tabcast capture-cdp capture-tab encoder-ffmpeg auth-local turnd; do
 	exists "/usr/lib/tabcast/$b" regular
 	dbg "$ROOTA" "stat /usr/lib/tabcast/$b" >"$work/o" || true
 	grep -q 'Mode:  0755' "$work/o" || fail "rootA: /usr/lib/tabcast/$b not mode 0755"
 done
-ok "rootA: /usr/lib/tabcast/{tabcast,capture-cdp,encoder-ffmpeg,auth-local,turnd} (0755)"
+ok "rootA: /usr/lib/tabcast/{tabcast,capture-cdp,capture-tab,encoder-ffmpeg,auth-local,turnd} (0755)"
 exists /usr/lib/chromium/chromium regular
 ok "rootA: /usr/lib/chromium/chromium"
 exists /etc/systemd/system/tabcast.service regular

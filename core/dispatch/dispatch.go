@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/telemetry"
 )
 
 // Executor performs actions on the page. The dispatcher calls Execute from
@@ -61,7 +62,8 @@ type Config struct {
 	HeldWatchdog  time.Duration // release held input after this long without a message (5 s)
 	LedgerSize    int           // results kept per producer generation for duplicate actionIds (256)
 	Logger        *slog.Logger
-	Now           func() time.Time // token bucket and watchdog clock; default time.Now
+	Now           func() time.Time   // token bucket and watchdog clock; default time.Now
+	Telemetry     *telemetry.Metrics // event counters; nil = none
 }
 
 func (c Config) withDefaults() Config {
@@ -321,6 +323,7 @@ type submitOut struct {
 func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply func(Ack)) submitOut {
 	reject := func(code, msg string) submitOut {
 		d.st.rejected[code]++
+		d.cfg.Telemetry.ActionRejected(code)
 		return submitOut{acks: []Ack{{ActionID: e.ActionID, Status: StatusRejected, Code: code, Message: msg, PageRevision: pageRev}}}
 	}
 	if d.closed {
@@ -450,6 +453,7 @@ func (d *Dispatcher) enqueueLocked(p *producer, it *item) {
 	d.queued++
 	d.qbytes += it.size
 	d.st.accepted++
+	it.at = time.Now()
 	d.kickLocked()
 }
 
@@ -481,6 +485,7 @@ func (d *Dispatcher) endGenerationLocked(p *producer, code, reason string, pageR
 		d.qbytes -= it.size
 		ack := Ack{ActionID: it.env.ActionID, Status: StatusRejected, Code: code, Message: reason + "; the action did not run", ActionRevision: it.rev, PageRevision: pageRev}
 		d.st.rejected[code]++
+		d.cfg.Telemetry.ActionRejected(code)
 		if it.control {
 			if en := gen.ledger.get(it.env.ActionID); en != nil && en.rev == it.rev {
 				f := ack

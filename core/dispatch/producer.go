@@ -60,6 +60,7 @@ type item struct {
 	size    int
 	reply   func(Ack)
 	control bool
+	at      time.Time // accepted into the queue
 	// acceptPending is set until Submit has sent the accepted ack; a final
 	// ack ready before that is parked in deferred and sent by Submit, so it
 	// never overtakes the accepted ack and nobody waits for anybody.

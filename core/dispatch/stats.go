@@ -21,6 +21,7 @@ type Stats struct {
 	Running     bool // an action or release is executing now
 	Producers   int  // live producers
 	Held        int  // keys and buttons held, all live producers
+	HeldKeys    int  // … of which keys
 
 	Accepted   uint64 // actions accepted into the queue (control and pointer)
 	Executed   uint64 // actions handed to the executor
@@ -66,6 +67,7 @@ func (d *Dispatcher) Stats() Stats {
 	for _, p := range d.ring {
 		s.ProducerQueue[p.id] = len(p.queue)
 		s.Held += p.gen.held.count()
+		s.HeldKeys += len(p.gen.held.keys)
 	}
 	return s
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/tabcast/tabcast/core/action"
@@ -110,6 +111,7 @@ func (d *Dispatcher) nextLocked() (job, bool) {
 		d.queued--
 		d.qbytes -= it.size
 		d.rr = (idx + 1) % n
+		d.cfg.Telemetry.QueueWait(time.Since(it.at))
 		return job{it: it}, true
 	}
 	return job{}, false
@@ -175,6 +177,10 @@ func (d *Dispatcher) finish(it *item, res action.Result, err error, stale bool) 
 		d.st.droppedStalePage++
 	default:
 		d.st.rejected[ack.Code]++
+		d.cfg.Telemetry.ActionRejected(ack.Code)
+	}
+	if !silent {
+		d.cfg.Telemetry.ActionAcked(it.env.Action.Kind, time.Since(it.at))
 	}
 	it.gen.held.note(it.env.Action, mayHave, surely)
 	if it.gen.ended {
@@ -249,8 +255,14 @@ func (d *Dispatcher) exec(parent context.Context, producerID string, a action.Ac
 	}()
 	select {
 	case r := <-out:
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+			d.cfg.Telemetry.ActionTimedOut(a.Kind)
+		}
 		return r.res, r.err
 	case <-ctx.Done():
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+		d.cfg.Telemetry.ActionTimedOut(a.Kind)
 	}
 	grace := time.NewTimer(d.grace)
 	defer grace.Stop()
@@ -280,6 +292,7 @@ func (d *Dispatcher) releaseLocked(producerID string, gen *generation, reason st
 		d.sys = append(d.sys, release{producerID: producerID, a: a})
 	}
 	d.st.releaseEvents++
+	d.cfg.Telemetry.InputCleanup(cleanupReason(reason))
 	d.log.Info("dispatch: releasing held input", "producer", shortID(producerID), "reason", reason, "count", len(acts))
 	d.kickLocked()
 }
@@ -322,4 +335,17 @@ func shortID(id string) string {
 		return id[:6]
 	}
 	return id
+}
+
+// cleanupReason is a release reason as a metric label.
+func cleanupReason(reason string) string {
+	switch {
+	case reason == "producer renewed":
+		return "renewed"
+	case reason == "session closed":
+		return "session_closed"
+	case strings.HasPrefix(reason, "watchdog"):
+		return "watchdog"
+	}
+	return "ended"
 }

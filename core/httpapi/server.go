@@ -20,6 +20,7 @@ import (
 	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/audit"
 	"github.com/tabcast/tabcast/core/session"
+	"github.com/tabcast/tabcast/core/telemetry"
 )
 
 var errTimeout = errors.New("timeout")
@@ -43,9 +44,17 @@ type Options struct {
 	Auth  AuthOptions
 	// Metrics adds samples to /metrics (it must answer fast).
 	Metrics func(ctx context.Context) []Metric
+	// Telemetry holds the event counters; /metrics serves its registry
+	// (nil = a registry of the scrape-time collectors only).
+	Telemetry *telemetry.Metrics
+	// Processes lists the plugins' processes for the CPU and memory
+	// figures of /metrics; nil = the core and Chromium only.
+	Processes func() []telemetry.Process
 	// Agent serves the agent command API; nil = none.
 	Agent  *agent.Service
 	Logger *slog.Logger
+
+	snapshots *testSources // tests: instead of Sessions
 }
 
 // New returns the appliance's HTTP handler.
@@ -60,7 +69,7 @@ func New(o Options) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", a.readyz)
 	mux.HandleFunc("GET /api/v1/status", a.status)
-	mux.HandleFunc("GET /metrics", a.metrics)
+	mux.Handle("GET /metrics", a.metricsHandler())
 	mux.HandleFunc("POST /api/v1/auth/login", a.login)
 	mux.HandleFunc("POST /api/v1/auth/logout", a.logout)
 	mux.HandleFunc("GET /api/v1/auth/me", a.whoami)

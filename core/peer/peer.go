@@ -631,6 +631,23 @@ func (p *Peer) AddCandidate(c webrtc.ICECandidateInit) error {
 	return nil
 }
 
+// CandidateType is the selected candidate pair's path in one word: relay
+// when either side is a relay candidate, else the viewer's side's type
+// (host, srflx, prflx); "" before a pair is selected.
+func (p *Peer) CandidateType() string {
+	if p.sender == nil || p.sender.Transport() == nil || p.sender.Transport().ICETransport() == nil {
+		return ""
+	}
+	pair, err := p.sender.Transport().ICETransport().GetSelectedCandidatePair()
+	if err != nil || pair == nil || pair.Local == nil || pair.Remote == nil {
+		return ""
+	}
+	if pair.Local.Typ == webrtc.ICECandidateTypeRelay || pair.Remote.Typ == webrtc.ICECandidateTypeRelay {
+		return "relay"
+	}
+	return pair.Remote.Typ.String()
+}
+
 // Stats returns counters of the sending side.
 func (p *Peer) Stats() Stats {
 	return Stats{

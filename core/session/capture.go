@@ -192,16 +192,25 @@ func saneCaptureTime(t time.Time) time.Time {
 	return t
 }
 
-// onJPEG takes one screencast frame. Plugin output is input like any other:
-// frames we cannot use are counted and dropped.
-func (s *Session) onJPEG(f capture.Frame) error {
-	if f.Format != capture.FormatJPEG || len(f.Data) == 0 || len(f.Data) > maxFrameBytes {
+// accept checks a capture plugin's frame (the format this path takes, a
+// sane size and clock) and counts it: plugin output is input like any other.
+func (s *Session) accept(f *capture.Frame, want capture.Format) bool {
+	if f.Format != want || len(f.Data) == 0 || len(f.Data) > maxFrameBytes {
 		s.badPluginOut.Add(1)
-		return nil
+		return false
 	}
 	f.CaptureTime = saneCaptureTime(f.CaptureTime)
 	s.framesIn.Add(1)
 	s.pluginDropped.Store(f.Dropped)
+	return true
+}
+
+// onJPEG takes one screencast frame. Plugin output is input like any other:
+// frames we cannot use are counted and dropped.
+func (s *Session) onJPEG(f capture.Frame) error {
+	if !s.accept(&f, capture.FormatJPEG) {
+		return nil
+	}
 	fp := &f
 	s.lastFrame.Store(fp)
 	if slots := s.slots.Load(); slots != nil {
@@ -215,13 +224,9 @@ func (s *Session) onJPEG(f capture.Frame) error {
 // onEncoded takes one browser-encoded frame from tab capture and writes it
 // to the VP8 pipeline's track as it is.
 func (s *Session) onEncoded(f capture.Frame) error {
-	if f.Format != capture.FormatVP8 || len(f.Data) == 0 || len(f.Data) > maxFrameBytes {
-		s.badPluginOut.Add(1)
+	if !s.accept(&f, capture.FormatVP8) {
 		return nil
 	}
-	f.CaptureTime = saneCaptureTime(f.CaptureTime)
-	s.framesIn.Add(1)
-	s.pluginDropped.Store(f.Dropped)
 	if p := s.passPipe.Load(); p != nil {
 		p.pass(f)
 	}

@@ -52,7 +52,8 @@ func TestRateStep(t *testing.T) {
 }
 
 func TestViewerRatesPickTheWeakest(t *testing.T) {
-	m := &Manager{cfg: Config{Video: Video{BitrateKbps: 2500}}}
+	m := &Manager{}
+	m.vid.Store(&Video{BitrateKbps: 2500})
 	s := &Session{m: m}
 	p := &pipeline{s: s, rates: map[string]int{}}
 	p.targetKbps.Store(2500)
@@ -72,6 +73,12 @@ func TestViewerRatesPickTheWeakest(t *testing.T) {
 	p.setViewerRate("b", 0)
 	if got := p.targetKbps.Load(); got != 2500 {
 		t.Errorf("slow viewers left: %d, want 2500", got)
+	}
+	// A config reload lowers the ceiling (SetVideo → retarget).
+	m.vid.Store(&Video{BitrateKbps: 1000})
+	p.retarget()
+	if got := p.targetKbps.Load(); got != 1000 {
+		t.Errorf("after the configured bitrate went to 1000: %d", got)
 	}
 }
 

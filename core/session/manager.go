@@ -20,6 +20,7 @@ import (
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/input"
+	"github.com/tabcast/tabcast/core/telemetry"
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
 
@@ -89,6 +90,8 @@ type Config struct {
 	// after ProbeTabCapture succeeded.
 	Capture    string
 	TabCapture PluginHandle
+	// Telemetry counts session creations and input events; nil = none.
+	Telemetry *telemetry.Metrics
 }
 
 // DefaultTerminalTTL is how long terminal snapshots stay readable.
@@ -120,6 +123,8 @@ type Manager struct {
 	tab     PluginHandle // tab capture; nil when not configured
 	encoder PluginHandle
 	codecs  []string
+
+	vid atomic.Pointer[Video] // the encode targets; SetVideo replaces them
 
 	probeMu      sync.Mutex
 	probe        TabProbe
@@ -157,10 +162,36 @@ func NewManager(cfg Config, b Browser, capturePlugin, encoderPlugin PluginHandle
 		cfg: cfg, log: cfg.Logger, browser: b, capture: capturePlugin, tab: cfg.TabCapture, encoder: encoderPlugin,
 		codecs: codecs, ctx: ctx, cancel: cancel, sessions: map[string]*Session{}, profiles: map[string]bool{},
 	}
+	v := cfg.Video
+	m.vid.Store(&v)
 	m.wg.Add(2)
 	go m.watchBrowser(b)
 	go m.janitor()
 	return m
+}
+
+// video is the current encode targets.
+func (m *Manager) video() Video { return *m.vid.Load() }
+
+// SetVideo changes the encode targets (a config reload): every running
+// pipeline's bitrate target follows at once (its encoder moves there like
+// on a bandwidth change), frame rate, keyframe interval and hardware apply
+// whenever an encoder opens next (a new viewer's codec, a resolution step,
+// a restart). The codec set stays as it was at start.
+func (m *Manager) SetVideo(v Video) {
+	v.Codec = m.video().Codec
+	m.vid.Store(&v)
+	for _, s := range m.live() {
+		s.mu.Lock()
+		pipes := make([]*pipeline, 0, len(s.pipes))
+		for _, p := range s.pipes {
+			pipes = append(pipes, p)
+		}
+		s.mu.Unlock()
+		for _, p := range pipes {
+			p.retarget()
+		}
+	}
 }
 
 // Codecs derives the usable codecs from the encoder's probes: a codec is
@@ -294,6 +325,37 @@ func newID() string {
 
 // Create opens a new isolated page and returns its session once ready.
 func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error) {
+	s, err := m.create(ctx, o)
+	mode, result := m.captureModeForNew(), "ok"
+	switch {
+	case s != nil:
+		mode, _ = s.captureMode()
+	case errors.Is(err, ErrCapacity):
+		result = "capacity"
+	case errors.Is(err, ErrUnavailable):
+		result = "unavailable"
+	default:
+		result = "error"
+	}
+	m.cfg.Telemetry.SessionCreated(result, mode)
+	return s, err
+}
+
+// DispatchStats are the input dispatchers' snapshots of the live sessions.
+func (m *Manager) DispatchStats() []dispatch.Stats {
+	var out []dispatch.Stats
+	for _, s := range m.live() {
+		s.mu.Lock()
+		d := s.disp
+		s.mu.Unlock()
+		if d != nil {
+			out = append(out, d.Stats())
+		}
+	}
+	return out
+}
+
+func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error) {
 	if o.Width == 0 {
 		o.Width = m.cfg.Width
 	}
@@ -389,7 +451,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	}
 	s.page = page
 	s.exec = exec
-	s.disp = dispatch.New(dispatch.Config{Logger: s.log.With("component", "dispatch")}, exec)
+	s.disp = dispatch.New(dispatch.Config{Logger: s.log.With("component", "dispatch"), Telemetry: m.cfg.Telemetry}, exec)
 	s.state = StateReady
 	s.mu.Unlock()
 	if m.cfg.IdleReclaim > 0 && !o.KeepIdle {

@@ -74,7 +74,7 @@ func newPipeline(s *Session, codec string) (*pipeline, error) {
 	p.encoderName.Store("")
 	p.size.Store("")
 	p.rates = map[string]int{}
-	p.targetKbps.Store(int64(s.m.cfg.Video.BitrateKbps))
+	p.targetKbps.Store(int64(s.m.video().BitrateKbps))
 	return p, nil
 }
 
@@ -147,7 +147,18 @@ func (p *pipeline) setViewerRate(viewer string, bps int) {
 	} else if _, known := p.rates[viewer]; known || len(p.rates) < 64 {
 		p.rates[viewer] = bps / 1000
 	}
-	target := p.s.m.cfg.Video.BitrateKbps
+	p.retargetLocked()
+}
+
+// retarget recomputes the target after the configured bitrate changed.
+func (p *pipeline) retarget() {
+	p.rateMu.Lock()
+	defer p.rateMu.Unlock()
+	p.retargetLocked()
+}
+
+func (p *pipeline) retargetLocked() {
+	target := p.s.m.video().BitrateKbps
 	for _, k := range p.rates {
 		target = min(target, k)
 	}
@@ -237,7 +248,7 @@ func (p *pipeline) passLoop(ctx context.Context, changed <-chan struct{}) error 
 	p.requestKeyframe(false)
 	rates := time.NewTicker(time.Second)
 	defer rates.Stop()
-	step := rateStep{applied: p.s.m.cfg.Video.BitrateKbps, at: time.Now()}
+	step := rateStep{applied: p.s.m.video().BitrateKbps, at: time.Now()}
 	var lowSince time.Time
 	for {
 		select {
@@ -283,16 +294,21 @@ func (p *pipeline) pass(f capture.Frame) {
 		}
 		p.passKF.Store(false)
 	}
+	p.send(f.Data, f.Keyframe, f.CaptureTime)
+}
+
+// send writes one encoded frame to the viewers' track and counts it.
+func (p *pipeline) send(data []byte, keyframe bool, captured time.Time) {
 	now := time.Now()
-	if err := p.out.write(f.Data, now); err != nil {
+	if err := p.out.write(data, now); err != nil {
 		p.s.log.Debug("rtp write", "codec", p.codec, "err", err)
 	}
 	p.encoded.Add(1)
-	p.bytes.Add(uint64(len(f.Data)))
-	if f.Keyframe {
+	p.bytes.Add(uint64(len(data)))
+	if keyframe {
 		p.keyframes.Add(1)
 	}
-	p.age.Add(now.Sub(f.CaptureTime))
+	p.age.Add(now.Sub(captured))
 }
 
 // retry runs once until ctx ends, with a backoff of 100 ms doubling to 2 s
@@ -339,7 +355,7 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("encoder plugin: client is %T, not an encoder", cl)
 	}
-	v := p.s.m.cfg.Video
+	v := p.s.m.video()
 	step := int(p.resStep.Load())
 	w, h := scaledSize(p.s.width, p.s.height, step)
 	st, err := enc.Open(ctx, encoder.OpenParams{
@@ -433,16 +449,7 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 		}
 		p.encodeTime.Add(res.EncodeTime)
 		for _, smp := range res.Samples {
-			now := time.Now()
-			if err := p.out.write(smp.Data, now); err != nil {
-				p.s.log.Debug("rtp write", "codec", p.codec, "err", err)
-			}
-			p.encoded.Add(1)
-			p.bytes.Add(uint64(len(smp.Data)))
-			if smp.Keyframe {
-				p.keyframes.Add(1)
-			}
-			p.age.Add(now.Sub(f.CaptureTime))
+			p.send(smp.Data, smp.Keyframe, f.CaptureTime)
 		}
 	}
 }

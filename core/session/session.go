@@ -64,6 +64,7 @@ const maxFrameBytes = 8 << 20
 
 // Session is one isolated browser page and its media.
 type Session struct {
+	retired map[string]PipelineStats // counters of stopped pipelines, by codec (s.mu)
 	id      string
 	m       *Manager
 	log     *slog.Logger
@@ -382,6 +383,7 @@ func (s *Session) release(p *pipeline) {
 	var stopPipe *pipeline
 	if p.refs == 0 && s.pipes[p.codec] == p {
 		delete(s.pipes, p.codec)
+		s.retireLocked(p)
 		s.publishSlotsLocked()
 		stopPipe = p
 	}
@@ -532,6 +534,9 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	}
 	pipes := s.pipes
 	s.pipes = map[string]*pipeline{}
+	for _, p := range pipes {
+		s.retireLocked(p)
+	}
 	s.publishSlotsLocked()
 	s.mu.Unlock()
 	close(s.done) // viewers are told and disconnected (see Done)

@@ -55,6 +55,26 @@ func TestVideoEndToEnd(t *testing.T) {
 			if keys == 0 {
 				t.Fatal("no keyframe received")
 			}
+			// The connection is counted with its candidate type (a direct
+			// path on lo) and its time to connect.
+			fams, err := e.opts.Telemetry.Registry().Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			counted := map[string]float64{}
+			for _, f := range fams {
+				for _, m := range f.GetMetric() {
+					k := f.GetName()
+					for _, lp := range m.GetLabel() {
+						k += " " + lp.GetName() + "=" + lp.GetValue()
+					}
+					counted[k] = m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+			if counted["tabcast_peer_connect_total candidate_type=host result=ok"]+counted["tabcast_peer_connect_total candidate_type=prflx result=ok"] != 1 ||
+				counted["tabcast_peer_connect_seconds candidate_type=host"]+counted["tabcast_peer_connect_seconds candidate_type=prflx"] != 1 {
+				t.Errorf("peer connection not counted: %v", counted)
+			}
 			if codec == "vp8" && (w != peertest.Width || h != peertest.Height) {
 				t.Fatalf("VP8 keyframe %dx%d, want %dx%d", w, h, peertest.Width, peertest.Height)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/tabcast/tabcast/core/peer"
+	"github.com/tabcast/tabcast/core/telemetry"
 	"github.com/tabcast/tabcast/core/wire"
 )
 
@@ -109,6 +110,8 @@ type Options struct {
 	// PingInterval is the WebSocket keepalive period (default 20 s); a
 	// ping unanswered for 10 s (or one period, if shorter) drops the socket.
 	PingInterval time.Duration
+	// Telemetry counts peer connections and ICE restarts; nil = none.
+	Telemetry *telemetry.Metrics
 }
 
 // Handler serves the signaling WebSocket. Mount it on a pattern with an
@@ -236,6 +239,12 @@ type conn struct {
 	inputClosed  bool        // Input.Close was called (or is being called)
 	stateHeld    []heldState // state events that came before the peer existed
 	inputEndOnce sync.Once
+
+	// For telemetry: when the peer was made, whether its outcome (connected
+	// or failed) was counted, whether an ICE restart is under way.
+	peerStart  time.Time
+	outcome    bool
+	restarting bool
 }
 
 func (c *conn) run() {
@@ -487,6 +496,7 @@ func (c *conn) hello(m Message) error {
 	c.mu.Lock()
 	c.peer, c.release, c.codec, c.phase = p, release, codec, phaseOffered
 	c.connGen, c.input = connGen, in
+	c.peerStart = time.Now()
 	held := c.stateHeld
 	c.stateHeld = nil
 	for _, ev := range held {
@@ -616,9 +626,17 @@ func (c *conn) peerState(s webrtc.PeerConnectionState) {
 		// Media written before the transport was up was lost: a still page
 		// sends no more frames, so ask for a keyframe of the last picture.
 		c.mu.Lock()
-		codec := c.codec
+		codec, p, start := c.codec, c.peer, c.peerStart
+		first, restarted := !c.outcome, c.restarting
+		c.outcome, c.restarting = true, false
 		c.mu.Unlock()
 		c.media.RequestKeyframe(codec)
+		if first && p != nil {
+			c.h.o.Telemetry.PeerConnected(p.CandidateType(), time.Since(start))
+		}
+		if restarted {
+			c.h.o.Telemetry.ICERestart(true)
+		}
 	case webrtc.PeerConnectionStateDisconnected:
 		// Silent for a while: restart ICE before it is declared failed
 		// (3 s + 7 s), so a relay that restarted costs seconds, not ten.
@@ -645,6 +663,7 @@ func (c *conn) peerState(s webrtc.PeerConnectionState) {
 			return
 		}
 		c.log.Info("peer ended", "state", s.String())
+		c.noteFailed()
 		c.endInput("peer " + s.String())
 		c.closeWith(websocket.StatusNormalClosure, "peer "+s.String())
 	case webrtc.PeerConnectionStateClosed:
@@ -788,11 +807,14 @@ func (c *conn) restartICE() {
 	sdp, err := p.RestartICE()
 	if err != nil {
 		c.log.Info("ice restart failed", "err", err)
+		c.h.o.Telemetry.ICERestart(false)
+		c.noteFailed()
 		c.closeWith(websocket.StatusNormalClosure, "peer failed")
 		return
 	}
 	c.mu.Lock()
 	c.phase = phaseOffered
+	c.restarting = true
 	c.mu.Unlock()
 	msg.SDP = sdp
 	c.log.Info("ice restart")
@@ -806,6 +828,14 @@ func (c *conn) restartICE() {
 	case <-t.C:
 		if p.State() != webrtc.PeerConnectionStateConnected {
 			c.log.Info("peer ended", "state", "failed after an ice restart")
+			c.mu.Lock()
+			restarting := c.restarting
+			c.restarting = false
+			c.mu.Unlock()
+			if restarting {
+				c.h.o.Telemetry.ICERestart(false)
+			}
+			c.noteFailed()
 			c.endInput("peer failed")
 			c.closeWith(websocket.StatusNormalClosure, "peer failed")
 		}
@@ -876,5 +906,16 @@ func (c *conn) watchSession(done <-chan struct{}) {
 		c.sendError(CodeSessionEnded, "the session ended")
 		c.closeWith(websocket.StatusNormalClosure, "session ended")
 	case <-c.ctx.Done():
+	}
+}
+
+// noteFailed counts the peer as failed to connect, if it never connected.
+func (c *conn) noteFailed() {
+	c.mu.Lock()
+	count := c.peer != nil && !c.outcome
+	c.outcome = true
+	c.mu.Unlock()
+	if count {
+		c.h.o.Telemetry.PeerFailed()
 	}
 }

@@ -16,12 +16,14 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/pion/webrtc/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/core/peer/peertest"
 	"github.com/tabcast/tabcast/core/signaling"
+	"github.com/tabcast/tabcast/core/telemetry"
 	"github.com/tabcast/tabcast/core/wire"
 )
 
@@ -242,7 +244,7 @@ func newEnv(t *testing.T, codecs ...string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := signaling.Options{Sessions: testSessions{"s1": m}, Peers: f, Logger: log}
+	opts := signaling.Options{Sessions: testSessions{"s1": m}, Peers: f, Logger: log, Telemetry: telemetry.New(prometheus.NewRegistry())}
 	h := signaling.NewHandler(opts)
 	mux := http.NewServeMux()
 	e := &env{t: t, media: m, handler: h, peers: f, mux: mux, opts: opts}

@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,6 +79,33 @@ func newHandle(s *Supervisor, spec Spec) *Handle {
 		since:   time.Now(),
 		changed: make(chan struct{}),
 	}
+}
+
+// Reconfigure hands the running plugin a new config subtree (SetConfig on
+// the live process) and keeps it for every later restart. A config the
+// plugin refuses changes nothing: the error names the key (see
+// base.AsConfigError). The plugin decides what a new config means for its
+// running streams.
+func (h *Handle) Reconfigure(ctx context.Context, conf json.RawMessage) error {
+	conf = bytes.TrimSpace(conf)
+	if len(conf) == 0 || conf[0] != '{' || !json.Valid(conf) {
+		return fmt.Errorf("plugin %s: config is not a JSON object", h.spec.Name)
+	}
+	cl, _, err := h.Client(ctx)
+	if err != nil {
+		return err
+	}
+	bp, ok := cl.(base.Plugin)
+	if !ok {
+		return fmt.Errorf("plugin %s: client %T takes no config", h.spec.Name, cl)
+	}
+	if err := bp.SetConfig(ctx, conf); err != nil {
+		return fmt.Errorf("plugin %s: %w", h.spec.Name, err)
+	}
+	h.mu.Lock()
+	h.spec.Config = append(json.RawMessage(nil), conf...)
+	h.mu.Unlock()
+	return nil
 }
 
 // Name is the plugin's name.

@@ -190,7 +190,10 @@ func (h *Handle) handshake(ctx context.Context, inst *instance) error {
 		h.log.Warn("plugin reports another API version than negotiated",
 			"reported", info.APIVersion, "negotiated", inst.apiVersion)
 	}
-	if err := bp.SetConfig(ctx, h.spec.Config); err != nil {
+	h.mu.Lock()
+	conf := h.spec.Config // Reconfigure may replace it
+	h.mu.Unlock()
+	if err := bp.SetConfig(ctx, conf); err != nil {
 		if _, ok := base.AsConfigError(err); ok {
 			return &permanentError{fmt.Errorf("set config: %w", err)}
 		}

@@ -903,3 +903,58 @@ func TestBackoffGrowsAndResetsAfterHealthyRun(t *testing.T) {
 		t.Fatalf("restart attempts %v delays %v, want [1 2 1] [50ms 100ms 50ms]", attempts, delays)
 	}
 }
+
+// TestReconfigure: a new config goes to the live plugin (no restart) and is
+// what later restarts use; a refused one changes nothing and names its key.
+func TestReconfigure(t *testing.T) {
+	logs := &syncBuffer{}
+	s := supervise(t, testOptions(logs))
+	h, err := s.Start(context.Background(), captureSpec("capture-reconf", pluginBin, `{}`))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	pid := h.Status().PID
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = h.Reconfigure(ctx, json.RawMessage(`{"foo":{"bar":1}}`))
+	if ce, ok := base.AsConfigError(err); !ok || ce.Key != "foo.bar" {
+		t.Fatalf("refused config: err %v, want a ConfigError on foo.bar", err)
+	}
+	if err := h.Reconfigure(ctx, json.RawMessage(`[1]`)); err == nil {
+		t.Fatal("a config that is not an object was taken")
+	}
+	spawned := func() int {
+		n := 0
+		for _, e := range logs.entries(t) {
+			if e["msg"] == "child spawned" {
+				n++
+			}
+		}
+		return n
+	}
+	if err := h.Reconfigure(ctx, json.RawMessage(`{"spawn_child": true}`)); err != nil {
+		t.Fatalf("Reconfigure: %v", err)
+	}
+	if st := h.Status(); st.PID != pid || st.Restarts != 0 {
+		t.Fatalf("reconfigured by a restart: %+v (pid was %d)", st, pid)
+	}
+	waitFor(t, 2*time.Second, "the live plugin applied the config", func() bool { return spawned() == 1 })
+	// A restart reuses the new config: the new process spawns its child too.
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGen(t, h, 2, 5*time.Second)
+	waitFor(t, 3*time.Second, "the restarted plugin got the new config", func() bool { return spawned() == 2 })
+}
+
+// waitFor polls cond until it holds or within passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

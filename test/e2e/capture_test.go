@@ -107,6 +107,47 @@ func closeOffscreen(t *testing.T, base string) {
 	t.Fatalf("no offscreen document among %d targets", len(targets))
 }
 
+// breakWatch is a viewer watching across a break (mark): it reports its last
+// frame and the longest pause between frames that ended after the break.
+type breakWatch struct {
+	mu          sync.Mutex
+	last, broke time.Time
+	gap         time.Duration
+	done        chan error
+}
+
+func watchAcross(ctx context.Context, a *harness.Appliance, id string, d time.Duration) *breakWatch {
+	w := &breakWatch{done: make(chan error, 1)}
+	go func() {
+		_, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, HTTPClient: a.Client, SessionID: id, Codec: "vp8", For: d,
+			OnFrame: func(f viewer.Frame) {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				if !w.broke.IsZero() && !w.last.IsZero() && f.Arrived.After(w.broke) {
+					w.gap = max(w.gap, f.Arrived.Sub(w.last))
+				}
+				w.last = f.Arrived
+			}})
+		w.done <- err
+	}()
+	return w
+}
+
+func (w *breakWatch) mark() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.broke = time.Now()
+}
+
+// wait ends the watch: the last frame, the longest pause after the break
+// and when the break was.
+func (w *breakWatch) wait() (last time.Time, gap time.Duration, broke time.Time, err error) {
+	err = <-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last, w.gap, w.broke, err
+}
+
 // TestTabCapture: with the default video.capture auto, the start-up probe
 // finds tab capture working, the session captures its tab, an auto viewer
 // gets the browser's own VP8 (no encoder), and H.264 viewers still get a
@@ -144,25 +185,7 @@ func TestTabCapture(t *testing.T) {
 	}
 
 	// A viewer watches while the offscreen document dies.
-	var (
-		mu     sync.Mutex
-		last   time.Time
-		gap    time.Duration
-		killed time.Time
-	)
-	done := make(chan error, 1)
-	go func() {
-		_, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, HTTPClient: a.Client, SessionID: s.ID, Codec: "vp8", For: 9 * time.Second,
-			OnFrame: func(f viewer.Frame) {
-				mu.Lock()
-				defer mu.Unlock()
-				if !killed.IsZero() && !last.IsZero() && f.Arrived.After(killed) {
-					gap = max(gap, f.Arrived.Sub(last))
-				}
-				last = f.Arrived
-			}})
-		done <- err
-	}()
+	w := watchAcross(ctx, a, s.ID, 9*time.Second)
 	time.Sleep(3 * time.Second)
 	snap := session(ctx, t, a, s.ID)
 	var encoder string
@@ -175,16 +198,12 @@ func TestTabCapture(t *testing.T) {
 		t.Errorf("vp8 pipeline encoder %q: want the browser's own (tab capture)", encoder)
 	}
 	base := devtools(t, a)
-	mu.Lock()
-	killed = time.Now()
-	mu.Unlock()
+	w.mark()
 	closeOffscreen(t, base)
-	if err := <-done; err != nil {
+	lastFrame, worst, killed, err := w.wait()
+	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	lastFrame, worst := last, gap
-	mu.Unlock()
 	snap = session(ctx, t, a, s.ID)
 	t.Logf("after the offscreen document was closed: longest gap %v, captureMode %s (fallback %q)", worst.Round(time.Millisecond), snap.CaptureMode, snap.CaptureFallback)
 	if lastFrame.Before(killed.Add(time.Second)) {
@@ -202,38 +221,20 @@ func TestTabCapture(t *testing.T) {
 
 	// The capture-tab plugin crashes: the session goes over to the
 	// screencast at once, and the viewer's picture resumes within 3 s.
-	mu.Lock()
-	last, gap, killed = time.Time{}, 0, time.Time{}
-	mu.Unlock()
-	go func() {
-		_, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, HTTPClient: a.Client, SessionID: s.ID, Codec: "vp8", For: 8 * time.Second,
-			OnFrame: func(f viewer.Frame) {
-				mu.Lock()
-				defer mu.Unlock()
-				if !killed.IsZero() && !last.IsZero() && f.Arrived.After(killed) {
-					gap = max(gap, f.Arrived.Sub(last))
-				}
-				last = f.Arrived
-			}})
-		done <- err
-	}()
+	w = watchAcross(ctx, a, s.ID, 8*time.Second)
 	time.Sleep(2 * time.Second)
 	pid := pluginPID(a, "capture-tab")
 	if pid == 0 {
 		t.Fatal("no capture-tab process under the core")
 	}
-	mu.Lock()
-	killed = time.Now()
-	mu.Unlock()
+	w.mark()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
+	lastFrame, worst, killed, err = w.wait()
+	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	lastFrame, worst = last, gap
-	mu.Unlock()
 	snap = session(ctx, t, a, s.ID)
 	t.Logf("after capture-tab was killed: longest gap %v, captureMode %s (fallback %q)", worst.Round(time.Millisecond), snap.CaptureMode, snap.CaptureFallback)
 	if snap.CaptureMode != "cdp" || snap.CaptureFallback != "tab_capture_failed" {

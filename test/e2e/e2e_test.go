@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -291,8 +292,29 @@ func TestGoViewer(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if want := `tabcast_plugin_up{plugin="encoder-ffmpeg",state="running"} 1`; !strings.Contains(string(body), want) {
-				t.Errorf("/metrics lacks %s:\n%s", want, body)
+			for _, want := range []string{
+				`tabcast_plugin_up{plugin="encoder-ffmpeg"} 1`,
+				`tabcast_sessions_active{capture_mode="`,
+				`tabcast_video_encoded_frames_total{codec="` + codec + `"} `,
+				`tabcast_process_rss_bytes{process="core"} `,
+				`tabcast_process_rss_bytes{process="chromium"} `,
+				`tabcast_process_cpu_seconds_total{process="encoder-ffmpeg"} `,
+			} {
+				if !strings.Contains(string(body), want) {
+					t.Errorf("/metrics lacks %s:\n%s", want, body)
+				}
+			}
+			// A local viewer connects over a direct path.
+			if !regexp.MustCompile(`(?m)^tabcast_peer_connect_total\{candidate_type="(host|prflx|srflx)",result="ok"\} [1-9]`).Match(body) ||
+				!regexp.MustCompile(`(?m)^tabcast_peer_connect_seconds_count\{candidate_type="(host|prflx|srflx)"\} [1-9]`).Match(body) {
+				t.Errorf("/metrics: no direct peer connection counted:\n%s", body)
+			}
+			// Prometheus text exposition; no session id in any label.
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+				t.Errorf("/metrics Content-Type %q", ct)
+			}
+			if strings.Contains(string(body), s.ID) {
+				t.Errorf("/metrics names the session id %s", s.ID)
 			}
 		})
 	}

@@ -76,8 +76,11 @@ type Appliance struct {
 	Client  *http.Client
 	Cmd     *exec.Cmd
 	LogPath string
-	done    chan struct{}
-	waitErr error
+	// ConfigFile is the config file it reads (empty at start; a test may
+	// edit it and send SIGHUP).
+	ConfigFile string
+	done       chan struct{}
+	waitErr    error
 
 	outMu sync.Mutex
 	out   strings.Builder // stdout, the console
@@ -178,7 +181,7 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 		logf.Close()
 		return nil, err
 	}
-	a := &Appliance{Cmd: cmd, LogPath: logPath, done: make(chan struct{}), DataDir: dataDir, TempDir: tmp,
+	a := &Appliance{Cmd: cmd, LogPath: logPath, ConfigFile: cfgPath, done: make(chan struct{}), DataDir: dataDir, TempDir: tmp,
 		UsersFile: usersFile, Client: &http.Client{Timeout: 2 * time.Minute}}
 	if !o.NoUsers {
 		a.AdminPassword = AdminPassword
