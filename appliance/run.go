@@ -472,10 +472,17 @@ func (m mediaAdapter) RequestKeyframe(codec string) { m.s.RequestKeyframe(codec)
 
 func (m mediaAdapter) Done() <-chan struct{} { return m.s.Done() }
 
-// ViewerBitrate lets the session's encoders follow the viewers' bandwidth.
-func (m mediaAdapter) ViewerBitrate(codec, viewer string, bps int) {
-	m.s.ViewerBitrate(codec, viewer, bps)
+// ViewerReport feeds the panel's per-viewer table and lets the session's
+// encoders follow the viewers' bandwidth.
+func (m mediaAdapter) ViewerReport(v signaling.ViewerReport) {
+	m.s.ViewerReport(session.ViewerInfo{
+		Peer: v.Peer, User: v.User, Codec: v.Codec, Interactive: v.Interactive, Path: v.Path, Protocol: v.Protocol,
+		RTTMs: float64(v.RTT.Microseconds()) / 1000, LossPct: 100 * v.FractionLost, EstimateKbps: v.EstimateBps / 1000,
+	})
 }
+
+// ViewerGone withdraws a viewer's report.
+func (m mediaAdapter) ViewerGone(codec, peer string) { m.s.ViewerGone(codec, peer) }
 
 // Snapshot feeds the signaling socket's snapshot messages.
 func (m mediaAdapter) Snapshot() (uint64, any) {

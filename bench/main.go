@@ -79,7 +79,7 @@ type report struct {
 func main() {
 	name := flag.String("name", "media-720p", "result name: bench/results/<name>.json")
 	dur := flag.Duration("for", 10*time.Second, "how long each codec is watched")
-	only := flag.String("only", "", "run only this part: latency, agent or turn (writes bench/results/<part>.json)")
+	only := flag.String("only", "", "run only this part: latency, agent, turn or media (writes bench/results/<part>.json)")
 	flag.IntVar(&latencyClicks, "clicks", latencyClicks, "clicks measured per latency mode")
 	flag.Parse()
 	var err error
@@ -90,8 +90,10 @@ func main() {
 		err = turnOnly()
 	case "latency":
 		err = latencyOnly()
+	case "media":
+		err = run("media", *dur, true)
 	default:
-		err = run(*name, *dur)
+		err = run(*name, *dur, false)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -99,7 +101,9 @@ func main() {
 	}
 }
 
-func run(name string, dur time.Duration) error {
+// run is the whole bench, or with mediaOnly the capture paths alone (CPU,
+// delivery, still page) without the latency, agent, relay and session parts.
+func run(name string, dur time.Duration, mediaOnly bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, animPage) }))
@@ -113,14 +117,16 @@ func run(name string, dur time.Duration) error {
 	rep := report{Name: name, When: time.Now().UTC(), Machine: fmt.Sprintf("%s/%s, %d cores", runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
 		Size: "1280x720", TargetFPS: 24, Duration: dur.String()}
 	// First, while no other appliance runs: its own appliance and browsers.
-	if rep.Latency, err = latencyBench(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: latency:", err)
-	}
-	if rep.Agent, err = agentBench(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: agent:", err)
-	}
-	if rep.Turn, err = turnBench(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: turn:", err)
+	if !mediaOnly {
+		if rep.Latency, err = latencyBench(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: latency:", err)
+		}
+		if rep.Agent, err = agentBench(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: agent:", err)
+		}
+		if rep.Turn, err = turnBench(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: turn:", err)
+		}
 	}
 	// Tab capture first, on an appliance of its own (video.capture auto),
 	// then the screencast paths on the one the session bench uses after.
@@ -156,8 +162,10 @@ func run(name string, dur time.Duration) error {
 	rep.Codecs = append(rep.Codecs, cdpResults...)
 	cpuRatios(rep.Codecs)
 	// Last: it kills Chromium on purpose (cold starts).
-	if rep.Sessions, err = sessionBench(ctx, a, page.URL); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: sessions:", err)
+	if !mediaOnly {
+		if rep.Sessions, err = sessionBench(ctx, a, page.URL); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: sessions:", err)
+		}
 	}
 	printReport(rep)
 	printSessions(rep.Sessions)

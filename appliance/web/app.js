@@ -170,7 +170,35 @@ function showSnapshot(s) {
   ui.viewers.dataset.viewers = String(v);
   ui.viewers.dataset.producers = String(p);
   ui.viewers.hidden = false;
+  showViewerTable(s.viewerDetails);
   showHandoff(s);
+}
+
+// showViewerTable lists every viewer's transport from the snapshot: path
+// (relay or direct, udp or tcp), RTT and loss from its receiver reports,
+// and the appliance's bandwidth estimate for it.
+function showViewerTable(list) {
+  const table = $("viewer-table");
+  const rows = Array.isArray(list) ? list : [];
+  table.hidden = rows.length === 0;
+  table.tBodies[0].replaceChildren(...rows.map((v) => {
+    const tr = document.createElement("tr");
+    tr.dataset.testid = "viewer-row";
+    tr.dataset.path = v.path || "";
+    const cell = (text, poor) => {
+      const td = document.createElement("td");
+      td.textContent = text;
+      if (poor) td.dataset.poor = "true";
+      return td;
+    };
+    const who = (v.user || "viewer") + (v.interactive ? " ✎" : "") + (v.peer === tabcast.peerId ? " (you)" : "");
+    const path = v.path ? `${v.path}/${v.protocol || "udp"}` : "connecting";
+    const rtt = v.rttMs > 0 ? `${Math.round(v.rttMs)} ms` : "–";
+    const loss = `${(v.lossPct || 0).toFixed(1)} %`;
+    const rate = v.estimateKbps >= 1000 ? `${(v.estimateKbps / 1000).toFixed(1)} Mb/s` : `${v.estimateKbps || 0} kb/s`;
+    tr.append(cell(who), cell(path), cell(rtt, v.rttMs > 150), cell(loss, v.lossPct > 2), cell(rate, v.estimateKbps > 0 && v.estimateKbps < 1000));
+    return tr;
+  }));
 }
 
 // Hand-off: an agent's request for a person (banner + Done), and the take /
@@ -505,7 +533,9 @@ async function updateStats(c) {
   if (pair) {
     ui.rtt.textContent = pair.currentRoundTripTime != null ? `${Math.round(pair.currentRoundTripTime * 1000)} ms` : "–";
     const local = report.get(pair.localCandidateId);
-    ui.candidate.textContent = local?.candidateType ?? "–";
+    // Path and transport: host/udp, relay/tcp (TURN over TCP), relay/tls...
+    const transport = local?.relayProtocol || local?.protocol;
+    ui.candidate.textContent = local?.candidateType ? local.candidateType + (transport ? `/${transport}` : "") : "–";
   }
 }
 

@@ -367,6 +367,7 @@ type Peer struct {
 	ch *channels // input channels; nil unless Options.Interactive
 
 	bwe cc.BandwidthEstimator // nil if none was made
+	rr  receiverReport        // the viewer's last RTCP receiver report
 
 	rtcpDone  chan struct{}
 	closeOnce sync.Once
@@ -496,6 +497,8 @@ func (p *Peer) readRTCP() {
 				p.keyframe()
 			case *rtcp.TransportLayerNack:
 				p.nacks.Add(1)
+			case *rtcp.ReceiverReport:
+				p.noteReceiverReport(pkt.(*rtcp.ReceiverReport))
 			}
 		}
 	}

@@ -85,6 +85,7 @@ type Session struct {
 	url, title     string
 	pipes          map[string]*pipeline
 	viewers        int
+	viewerInfo     map[string]ViewerInfo  // by peer id, from ViewerReport
 	captures       map[string]*captureRun // running capture loops by mode
 	capMode        string                 // CaptureTab or CaptureCDP; tab falls back to cdp once
 	capModeCh      chan struct{}          // closed when capMode changes
@@ -397,14 +398,53 @@ func (s *Session) release(p *pipeline) {
 	}
 }
 
-// ViewerBitrate records a viewer's bandwidth estimate (bit/s; 0 = gone) for
-// codec's pipeline, whose encoder follows the weakest viewer.
-func (s *Session) ViewerBitrate(codec, viewer string, bps int) {
+// ViewerInfo is one viewer's transport as the appliance sees it, for the
+// panel's per-viewer breakdown (never in logs or metrics: it names users).
+type ViewerInfo struct {
+	Peer        string `json:"peer"`
+	User        string `json:"user,omitempty"`
+	Codec       string `json:"codec"`
+	Interactive bool   `json:"interactive"`
+	// Path is host, srflx, prflx or relay; Protocol udp or tcp (ICE-TCP).
+	Path     string `json:"path"`
+	Protocol string `json:"protocol"`
+	// RTTMs and LossPct come from the viewer's RTCP receiver reports;
+	// EstimateKbps is the send-side bandwidth estimate for it.
+	RTTMs        float64   `json:"rttMs"`
+	LossPct      float64   `json:"lossPct"`
+	EstimateKbps int       `json:"estimateKbps"`
+	Updated      time.Time `json:"updated"`
+}
+
+// maxViewerInfos bounds the per-viewer table (MaxViewers bounds it first).
+const maxViewerInfos = 64
+
+// ViewerReport records a viewer's transport (every second while it
+// watches); its estimate steers codec's encoder (the weakest viewer's).
+func (s *Session) ViewerReport(v ViewerInfo) {
+	v.Updated = time.Now().UTC()
+	s.mu.Lock()
+	p := s.pipes[v.Codec]
+	if _, known := s.viewerInfo[v.Peer]; known || len(s.viewerInfo) < maxViewerInfos {
+		if s.viewerInfo == nil {
+			s.viewerInfo = map[string]ViewerInfo{}
+		}
+		s.viewerInfo[v.Peer] = v
+	}
+	s.mu.Unlock()
+	if p != nil && v.EstimateKbps > 0 {
+		p.setViewerRate(v.Peer, v.EstimateKbps*1000)
+	}
+}
+
+// ViewerGone drops a viewer's report and its say in the encoder's rate.
+func (s *Session) ViewerGone(codec, peer string) {
 	s.mu.Lock()
 	p := s.pipes[codec]
+	delete(s.viewerInfo, peer)
 	s.mu.Unlock()
 	if p != nil {
-		p.setViewerRate(viewer, bps)
+		p.setViewerRate(peer, 0)
 	}
 }
 
@@ -451,6 +491,9 @@ type Snapshot struct {
 	// Revision grows whenever the state, page or audience changes.
 	Revision uint64   `json:"revision"`
 	Invited  []string `json:"invited"`
+	// ViewerDetails is each viewer's transport, by user then peer (not
+	// part of Revision: it moves every second).
+	ViewerDetails []ViewerInfo `json:"viewerDetails"`
 }
 
 // Snapshot returns the session's current state.
@@ -463,7 +506,17 @@ func (s *Session) Snapshot() Snapshot {
 		CaptureFallback: s.capFallback, Codecs: s.codecsLocked(), Viewers: s.viewers, Producers: s.hub.count(), FramesCaptured: s.framesIn.Load(),
 		CaptureDropped: s.pluginDropped.Load(), BadPluginOut: s.badPluginOut.Load(),
 		Pipelines: []PipelineStats{}, Owner: s.owner, Profile: s.profile, Invited: slices.Clone(s.invited),
+		ViewerDetails: make([]ViewerInfo, 0, len(s.viewerInfo)),
 	}
+	for _, v := range s.viewerInfo {
+		snap.ViewerDetails = append(snap.ViewerDetails, v)
+	}
+	slices.SortFunc(snap.ViewerDetails, func(a, b ViewerInfo) int {
+		if c := strings.Compare(a.User, b.User); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Peer, b.Peer)
+	})
 	if s.exec != nil {
 		snap.PageRevision = s.exec.PageRevision()
 	}
@@ -581,6 +634,7 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	}
 	s.reason = reason
 	s.viewers = 0
+	s.viewerInfo = nil
 	s.ended = time.Now()
 	st := s.state
 	s.mu.Unlock()

@@ -33,15 +33,26 @@ type Sessions interface {
 	Media(sessionID string) (Media, error)
 }
 
-// BitrateSink is implemented by Media whose encoders adapt to the viewers'
-// bandwidth estimates: each viewer's send-side estimate is reported every
-// second (bit/s), and 0 when the viewer goes.
-type BitrateSink interface {
-	ViewerBitrate(codec, viewer string, bps int)
+// ViewerSink is implemented by Media that wants each viewer's transport:
+// reported every second while the viewer watches (its send-side bandwidth
+// estimate steers the encoder), withdrawn when it goes.
+type ViewerSink interface {
+	ViewerReport(ViewerReport)
+	ViewerGone(codec, peer string)
 }
 
-// bitrateEvery is how often a viewer's estimate is reported.
-const bitrateEvery = time.Second
+// ViewerReport is one viewer's transport at one moment.
+type ViewerReport struct {
+	Peer, User, Codec string
+	Interactive       bool
+	Path, Protocol    string // candidate type; udp or tcp
+	RTT               time.Duration
+	FractionLost      float64
+	EstimateBps       int
+}
+
+// viewerEvery is how often a viewer's transport is reported.
+const viewerEvery = time.Second
 
 // Media is the video side of one session.
 type Media interface {
@@ -537,8 +548,8 @@ func (c *conn) hello(m Message) error {
 	if sn, ok := c.media.(Snapshotter); ok {
 		go c.pushSnapshots(sn)
 	}
-	if bs, ok := c.media.(BitrateSink); ok {
-		go c.reportBitrate(bs, p, codec)
+	if vs, ok := c.media.(ViewerSink); ok {
+		go c.reportViewer(vs, p, codec, in != nil)
 	}
 
 	offer, err := p.CreateOffer()
@@ -879,20 +890,23 @@ func (c *conn) pushSnapshots(sn Snapshotter) {
 	}
 }
 
-// reportBitrate feeds the viewer's bandwidth estimate to the session until
-// the connection ends, then withdraws it.
-func (c *conn) reportBitrate(bs BitrateSink, p *peer.Peer, codec string) {
-	t := time.NewTicker(bitrateEvery)
+// reportViewer feeds the viewer's transport to the session until the
+// connection ends, then withdraws it.
+func (c *conn) reportViewer(vs ViewerSink, p *peer.Peer, codec string, interactive bool) {
+	t := time.NewTicker(viewerEvery)
 	defer t.Stop()
-	defer bs.ViewerBitrate(codec, p.ID(), 0)
+	defer vs.ViewerGone(codec, p.ID())
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
 		case <-t.C:
-			if bps := p.TargetBitrate(); bps > 0 {
-				bs.ViewerBitrate(codec, p.ID(), bps)
-			}
+			q := p.Quality()
+			vs.ViewerReport(ViewerReport{
+				Peer: p.ID(), User: c.viewer.Name, Codec: codec, Interactive: interactive,
+				Path: q.CandidateType, Protocol: q.Protocol, RTT: q.RTT, FractionLost: q.FractionLost,
+				EstimateBps: p.TargetBitrate(),
+			})
 		}
 	}
 }

@@ -210,6 +210,14 @@ func TestPanelPlaysLiveVideo(t *testing.T) {
 			if shown, err := waitEval(bctx, `(document.querySelector('[data-testid="stat-codec"]')||{}).textContent||""`, func(s string) bool { return strings.Contains(strings.ToLower(s), codec) }, 5*time.Second); err != nil {
 				t.Errorf("stats do not show codec %s: %v (%q)", codec, err, shown)
 			}
+			// The per-viewer table lists this viewer: a direct (host) path
+			// over UDP, with an RTT from its receiver reports.
+			const you = `Array.from(document.querySelectorAll('[data-testid="viewer-row"]')).map(r => r.textContent).filter(t => t.includes("(you)")).join("")`
+			if row, err := waitEval(bctx, you, func(s string) bool { return strings.Contains(s, "host/udp") && strings.Contains(s, " ms") }, 10*time.Second); err != nil {
+				t.Errorf("the viewer table does not show this viewer's host/udp path with an RTT: %v (%q)", err, row)
+			} else {
+				t.Logf("%s: viewer table row: %q", codec, row)
+			}
 		})
 	}
 }
