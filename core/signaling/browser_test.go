@@ -204,10 +204,15 @@ func TestPanelInChromium(t *testing.T) {
 			}
 			// On loopback Chromium often learns its own side as
 			// peer-reflexive; any real candidate type is fine.
-			switch st.Candidate {
+			// The stat is "type/transport", e.g. prflx/udp or relay/tcp.
+			typ, transport, _ := strings.Cut(st.Candidate, "/")
+			switch typ {
 			case "host", "prflx", "srflx", "relay":
 			default:
 				t.Fatalf("candidate type %q", st.Candidate)
+			}
+			if transport != "udp" {
+				t.Fatalf("transport %q on loopback, want udp", st.Candidate)
 			}
 			if !strings.HasSuffix(st.RTT, " ms") || !strings.Contains(st.Bitrate, "bit/s") || st.FPS == "–" {
 				t.Fatalf("stats not live: %+v", st)
