@@ -106,7 +106,13 @@ func main() {
 func run(name string, dur time.Duration, mediaOnly bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, animPage) }))
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/still" {
+			fmt.Fprint(w, stillPage)
+			return
+		}
+		fmt.Fprint(w, animPage)
+	}))
 	defer page.Close()
 	tmp, err := os.MkdirTemp("", "tabcast-bench-")
 	if err != nil {
