@@ -2,19 +2,13 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/tabcast/tabcast/test/harness"
 	"github.com/tabcast/tabcast/test/netns"
-	"github.com/tabcast/tabcast/test/viewer"
 )
 
 // TestBitrateFollowsTheLink: a viewer on another network behind a 1 Mbit/s
@@ -23,27 +17,15 @@ import (
 // the picture keeps coming; when the cap is lifted the target climbs back.
 // For both capture paths: the screencast's encoder and the browser's own.
 func TestBitrateFollowsTheLink(t *testing.T) {
-	tcviewer := filepath.Join(t.TempDir(), "tcviewer")
-	if out, err := exec.Command("go", "build", "-o", tcviewer, "github.com/tabcast/tabcast/test/viewer/cmd/tcviewer").CombinedOutput(); err != nil {
-		t.Fatalf("build tcviewer: %v\n%s", err, out)
-	}
+	bin := tcviewerBin(t)
 	p := pages(t)
 	for _, capture := range []string{"cdp", "tab"} {
 		t.Run(capture, func(t *testing.T) {
 			ns := netns.Create(t, "adapt")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			a, err := harness.StartWith(ctx, t.TempDir(), harness.Options{Listen: net.JoinHostPort(ns.HostIP, "0")},
-				"server.tls=on", "webrtc.interfaces="+ns.HostIf, "video.capture="+capture, "video.bitrateKbps=2500",
+			a, s := startOnNetns(ctx, t, ns, "webrtc.interfaces="+ns.HostIf, "video.capture="+capture, "video.bitrateKbps=2500",
 				"browser.startURL="+p.URL+"/anim", "input.allowLoopbackHosts=127.0.0.1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = a.Stop(10 * time.Second) })
-			s, err := a.DefaultSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
 			if s.CaptureMode != capture {
 				t.Fatalf("captureMode %q, want %s", s.CaptureMode, capture)
 			}
@@ -90,20 +72,11 @@ func TestBitrateFollowsTheLink(t *testing.T) {
 					}
 				}
 			}()
-			out, err := ns.Exec(ctx, tcviewer, "--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8", "--for", "34s",
-				"--ca-file", filepath.Join(a.DataDir, "tls-cert.pem"), "--timeout", "60s").Output()
+			r, err := watchFromNetns(ctx, t, ns, bin, a, s, "--for", "34s", "--timeout", "60s")
 			close(stop)
 			wg.Wait()
 			if err != nil {
-				var stderr []byte
-				if ee, ok := err.(*exec.ExitError); ok {
-					stderr = ee.Stderr
-				}
-				t.Fatalf("tcviewer: %v\n%s\n%s", err, stderr, a.LogTail(3000))
-			}
-			var r viewer.Result
-			if err := json.Unmarshal(out, &r); err != nil {
-				t.Fatalf("tcviewer output %q: %v", out, err)
+				t.Fatalf("tcviewer: %v\n%s", err, a.LogTail(3000))
 			}
 			liftedAt := (<-lifted).Sub(start)
 			mu.Lock()

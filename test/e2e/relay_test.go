@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -97,38 +94,14 @@ func TestRelayOverTCPFromAnotherNetwork(t *testing.T) {
 	p := pages(t)
 	sets, _ := relaySets(t, ns.HostIP)
 	// Beyond loopback: HTTPS with the generated certificate, auth on.
-	sets = append(sets, "server.tls=on", "webrtc.interfaces="+ns.HostIf)
-	ctx0, cancel0 := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel0()
-	sets = append(sets, "browser.startURL="+p.URL+"/anim", "input.allowLoopbackHosts=127.0.0.1")
-	a, err := harness.StartWith(ctx0, t.TempDir(), harness.Options{Listen: net.JoinHostPort(ns.HostIP, "0")}, sets...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Stop(10 * time.Second) })
-	s, err := a.DefaultSession(ctx0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcviewer := filepath.Join(t.TempDir(), "tcviewer")
-	if out, err := exec.Command("go", "build", "-o", tcviewer, "github.com/tabcast/tabcast/test/viewer/cmd/tcviewer").CombinedOutput(); err != nil {
-		t.Fatalf("build tcviewer: %v\n%s", err, out)
-	}
-	ns.BlockUDP(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	out, err := ns.Exec(ctx, tcviewer, "--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8", "--for", "5s",
-		"--ca-file", filepath.Join(a.DataDir, "tls-cert.pem"), "--timeout", "60s").Output()
+	a, s := startOnNetns(ctx, t, ns, append(sets, "webrtc.interfaces="+ns.HostIf, "browser.startURL="+p.URL+"/anim", "input.allowLoopbackHosts=127.0.0.1")...)
+	bin := tcviewerBin(t)
+	ns.BlockUDP(t)
+	r, err := watchFromNetns(ctx, t, ns, bin, a, s, "--for", "5s", "--timeout", "60s")
 	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("tcviewer: %v\n%s\nstdout %s\n%s", err, stderr, out, a.LogTail(3000))
-	}
-	var r viewer.Result
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("tcviewer output %q: %v", out, err)
+		t.Fatalf("tcviewer: %v\n%s", err, a.LogTail(3000))
 	}
 	t.Logf("viewer without UDP: %d frames, pair %s/%s, relay over %s, first frame after %v", r.Frames, r.LocalCandidateType, r.RemoteCandidateType, r.RelayProtocol, r.FirstFrame)
 	if r.LocalCandidateType != "relay" || r.RelayProtocol != "tcp" || r.Frames < 10 {
@@ -143,29 +116,12 @@ func TestRelayOnlyFromAnotherNetwork(t *testing.T) {
 	ns := netns.Create(t, "ronly")
 	p := pages(t)
 	sets, _ := relaySets(t, ns.HostIP)
-	sets = append(sets, "server.tls=on", "webrtc.relayOnly=true", "browser.startURL="+p.URL+"/anim", "input.allowLoopbackHosts=127.0.0.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	a, err := harness.StartWith(ctx, t.TempDir(), harness.Options{Listen: net.JoinHostPort(ns.HostIP, "0")}, sets...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Stop(10 * time.Second) })
-	s, err := a.DefaultSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcviewer := filepath.Join(t.TempDir(), "tcviewer")
-	if out, err := exec.Command("go", "build", "-o", tcviewer, "github.com/tabcast/tabcast/test/viewer/cmd/tcviewer").CombinedOutput(); err != nil {
-		t.Fatalf("build tcviewer: %v\n%s", err, out)
-	}
+	a, s := startOnNetns(ctx, t, ns, append(sets, "webrtc.relayOnly=true", "browser.startURL="+p.URL+"/anim", "input.allowLoopbackHosts=127.0.0.1")...)
+	bin := tcviewerBin(t)
 	watch := func(extra ...string) (viewer.Result, error) {
-		args := append([]string{"--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8", "--for", "5s",
-			"--ca-file", filepath.Join(a.DataDir, "tls-cert.pem"), "--timeout", "20s"}, extra...)
-		out, err := ns.Exec(ctx, tcviewer, args...).Output()
-		var r viewer.Result
-		_ = json.Unmarshal(out, &r)
-		return r, err
+		return watchFromNetns(ctx, t, ns, bin, a, s, append([]string{"--for", "5s", "--timeout", "20s"}, extra...)...)
 	}
 	if r, err := watch("--ignore-welcome-ice"); err == nil && r.Frames > 0 {
 		t.Errorf("a viewer ignoring the relay got %d frames from a relay-only appliance (pair %s/%s)", r.Frames, r.LocalCandidateType, r.RemoteCandidateType)
