@@ -90,7 +90,7 @@ func TestMetrics(t *testing.T) {
 	for range 2 {
 		c := exec.Command("sleep", "30")
 		if err := c.Start(); err != nil {
-			t.Skip("no sleep:", err)
+			t.Fatal("start a child process:", err)
 		}
 		procs = append(procs, c)
 	}
