@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/appliance/config"
-	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/supervisor"
 )
 
@@ -21,7 +20,7 @@ type reloader struct {
 // Keys a reload applies to the running appliance; every other change is
 // logged as needing a restart and is not taken.
 var liveKeys = map[string]bool{
-	"video.bitrateKbps": true, "video.fps": true, "video.keyframeInterval": true, "video.hardware": true,
+	"video.bitrateKbps": true, "video.fps": true, "video.idleFps": true, "video.keyframeInterval": true, "video.hardware": true,
 	"log.level": true,
 }
 
@@ -98,13 +97,10 @@ func (a *appliance) reload(ctx context.Context) {
 			restart = append(restart, key)
 		}
 	}
-	cur.Video.BitrateKbps, cur.Video.FPS = next.Video.BitrateKbps, next.Video.FPS
+	cur.Video.BitrateKbps, cur.Video.FPS, cur.Video.IdleFPS = next.Video.BitrateKbps, next.Video.FPS, next.Video.IdleFPS
 	cur.Video.KeyframeInterval, cur.Video.Hardware = next.Video.KeyframeInterval, next.Video.Hardware
 	cur.Log.Level = next.Log.Level
-	a.sessions.SetVideo(session.Video{
-		Codec: cur.Video.Codec, FPS: cur.Video.FPS, BitrateKbps: cur.Video.BitrateKbps,
-		KeyframeInterval: cur.Video.KeyframeInterval, Hardware: cur.Video.Hardware,
-	})
+	a.sessions.SetVideo(sessionVideo(cur.Video))
 	if a.rl.level != nil {
 		setLevel(a.rl.level, cur.Log.Level)
 	}

@@ -243,10 +243,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	a.sessions = session.NewManager(session.Config{
 		Width: cfg.Browser.Width, Height: cfg.Browser.Height,
 		MaxSessions: cfg.Sessions.Max, MaxViewers: cfg.Sessions.MaxViewers,
-		Video: session.Video{
-			Codec: cfg.Video.Codec, FPS: cfg.Video.FPS, BitrateKbps: cfg.Video.BitrateKbps,
-			KeyframeInterval: cfg.Video.KeyframeInterval, Hardware: cfg.Video.Hardware,
-		},
+		Video:         sessionVideo(cfg.Video),
 		Input:         inputPolicy(cfg, selfAddr),
 		IdleReclaim:   cfg.Sessions.IdleReclaim,
 		InputIdleWarn: cfg.Sessions.InputIdleWarn, InputIdleReclaim: cfg.Sessions.InputIdleReclaim,
@@ -543,4 +540,13 @@ func tabHandle(h *supervisor.Handle) session.PluginHandle {
 		return nil
 	}
 	return h
+}
+
+// sessionVideo is the encode targets the session manager takes from config,
+// at start and on reload.
+func sessionVideo(v config.Video) session.Video {
+	return session.Video{
+		Codec: v.Codec, FPS: v.FPS, IdleFPS: v.IdleFPS, BitrateKbps: v.BitrateKbps,
+		KeyframeInterval: v.KeyframeInterval, Hardware: v.Hardware,
+	}
 }

@@ -116,8 +116,11 @@ type Sessions struct {
 
 // Video is the encoded stream.
 type Video struct {
-	Codec            string        `koanf:"codec"` // auto|h264|vp8
-	FPS              int           `koanf:"fps"`
+	Codec string `koanf:"codec"` // auto|h264|vp8
+	FPS   int    `koanf:"fps"`
+	// IdleFPS: repeats of the last picture per second on a still page (the
+	// encoder refines it), for a few seconds after the last change; 0 = none.
+	IdleFPS          int           `koanf:"idleFps"`
 	BitrateKbps      int           `koanf:"bitrateKbps"`
 	KeyframeInterval time.Duration `koanf:"keyframeInterval"`
 	Hardware         string        `koanf:"hardware"` // auto|off|vaapi|nvenc

@@ -47,6 +47,7 @@ func wantDefaults() *Config {
 		Video: Video{
 			Codec:            "auto",
 			FPS:              24,
+			IdleFPS:          2,
 			BitrateKbps:      2500,
 			KeyframeInterval: 2 * time.Second,
 			Hardware:         "auto",
@@ -221,6 +222,8 @@ func TestFileErrors(t *testing.T) {
 		{"list item", "webrtc:\n  interfaces: [eth0, 5]\n", []string{`config: webrtc.interfaces: wrong type: item 1: want string, got 5`}},
 		{"null scalar", "video:\n  fps:\n", []string{`config: video.fps: wrong type: want integer, got null`}},
 		{"fps zero", "video:\n  fps: 0\n", []string{"config: video.fps: out of range: 0 not in [1, 60]"}},
+		{"idleFps above fps", "video:\n  fps: 2\n  idleFps: 3\n", []string{"config: video.idleFps: 3 is above video.fps (2)"}},
+		{"idleFps negative", "video:\n  idleFps: -1\n", []string{"config: video.idleFps: out of range: -1 not in [0, 10]"}},
 		{"width huge", "browser:\n  width: 99999\n", []string{"config: browser.width: out of range: 99999 not in [320, 3840]"}},
 		{"codec enum", "video:\n  codec: av1\n", []string{`config: video.codec: invalid value "av1": want one of auto, h264, vp8`}},
 		{"log enum", "log:\n  level: verbose\n", []string{`config: log.level: invalid value "verbose"`}},

@@ -151,6 +151,10 @@ func validate(cfg *Config, origin func(string) string) []error {
 	v := cfg.Video
 	c.enum("video.codec", v.Codec, "auto", "h264", "vp8")
 	c.intRange("video.fps", v.FPS, 1, 60)
+	c.intRange("video.idleFps", v.IdleFPS, 0, 10)
+	if v.IdleFPS > v.FPS && v.FPS >= 1 {
+		c.fail("video.idleFps", "%d is above video.fps (%d)", v.IdleFPS, v.FPS)
+	}
 	c.intRange("video.bitrateKbps", v.BitrateKbps, 100, 20000)
 	c.durRange("video.keyframeInterval", v.KeyframeInterval, 500*time.Millisecond, 10*time.Second)
 	c.enum("video.hardware", v.Hardware, "auto", "off", "vaapi", "nvenc")

@@ -46,8 +46,11 @@ type Browser interface {
 
 // Video are the encode targets for every pipeline.
 type Video struct {
-	Codec            string // auto, h264 or vp8: which codecs viewers may use
-	FPS              int
+	Codec string // auto, h264 or vp8: which codecs viewers may use
+	FPS   int
+	// IdleFPS: repeats of the last picture per second while the page is
+	// still, for idleRefineFor after its last change (0 = none).
+	IdleFPS          int
 	BitrateKbps      int
 	KeyframeInterval time.Duration
 	Hardware         string

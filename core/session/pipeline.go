@@ -57,6 +57,7 @@ type pipeline struct {
 	badFrames   atomic.Uint64
 	bytes       atomic.Uint64
 	restarts    atomic.Uint64
+	repeats     atomic.Uint64 // idle repeats of a still picture
 	age         *metrics.Window
 	encodeTime  *metrics.Window
 }
@@ -386,13 +387,19 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 		lastEncode time.Time
 		rates      = rateStep{applied: v.BitrateKbps, at: time.Now()}
 		stepSince  time.Time // since when the target has called for another step
+		idle       idleRepeats
 	)
+	idle.init(v.IdleFPS)
+	defer idle.stop()
 	for {
+		repeat := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-p.slot.ready:
 		case <-p.kfWake:
+		case <-idle.c():
+			repeat = true
 		}
 		if wait := interval - time.Since(lastEncode); wait > 0 && !p.keyframe.Load() {
 			select {
@@ -420,8 +427,10 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 		}
 		f := p.slot.take()
 		force := p.keyframe.Swap(false)
-		if f == nil {
-			if !force {
+		if f != nil {
+			idle.changed()
+		} else {
+			if !force && !repeat {
 				continue
 			}
 			// A still page sends no frames: re-encode the last picture as
@@ -451,6 +460,62 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 		for _, smp := range res.Samples {
 			p.send(smp.Data, smp.Keyframe, f.CaptureTime)
 		}
+		if repeat {
+			p.repeats.Add(1)
+		}
+		idle.next()
+	}
+}
+
+// idleRefineFor is how long after the picture's last change an encode loop
+// repeats it (at Video.IdleFPS). The repeats are what lets the encoder
+// sharpen a picture it sent blurred under motion (rate control spends the
+// now idle bits on the residual); after that they would only cost CPU.
+const idleRefineFor = 3 * time.Second
+
+// idleRepeats schedules the repeats of the last picture on a still page.
+// It belongs to one encode loop's goroutine.
+type idleRepeats struct {
+	every time.Duration // 0 = no repeats
+	left  int           // repeats still due since the last change
+	t     *time.Timer   // the next repeat, nil when none is due
+}
+
+func (r *idleRepeats) init(fps int) {
+	if fps > 0 {
+		r.every = time.Second / time.Duration(fps)
+	}
+}
+
+// changed: a new picture arrived; the repeat budget starts over.
+func (r *idleRepeats) changed() {
+	if r.every > 0 {
+		r.left = int(idleRefineFor / r.every)
+	}
+}
+
+// next arms the timer after an encode, while repeats are due.
+func (r *idleRepeats) next() {
+	r.stop()
+	if r.every == 0 || r.left <= 0 {
+		return
+	}
+	r.left--
+	r.t = time.NewTimer(r.every)
+}
+
+// c is the timer's channel, nil (never ready) when no repeat is due.
+func (r *idleRepeats) c() <-chan time.Time {
+	if r.t == nil {
+		return nil
+	}
+	return r.t.C
+}
+
+func (r *idleRepeats) stop() {
+	if r.t != nil {
+		r.t.Stop()
+		r.t = nil
 	}
 }
 
@@ -466,6 +531,8 @@ type PipelineStats struct {
 	BadFrames     uint64 `json:"badFrames"`
 	Bytes         uint64 `json:"bytes"`
 	Restarts      uint64 `json:"restarts"`
+	// IdleRepeats counts re-encodes of a still picture (Video.IdleFPS).
+	IdleRepeats uint64 `json:"idleRepeats"`
 	// TargetKbps is what the encoder is told to send: the weakest viewer's
 	// bandwidth estimate within [300, video.bitrateKbps].
 	TargetKbps int `json:"targetKbps"`
@@ -481,6 +548,6 @@ func (p *pipeline) stats(viewers int) PipelineStats {
 		Codec: p.codec, Encoder: p.encoderName.Load().(string), Hardware: p.hardware.Load(),
 		Viewers: viewers, FramesEncoded: p.encoded.Load(), Keyframes: p.keyframes.Load(),
 		FramesDropped: p.slot.dropped.Load(), BadFrames: p.badFrames.Load(), Bytes: p.bytes.Load(),
-		Restarts: p.restarts.Load(), TargetKbps: int(p.targetKbps.Load()), Size: p.size.Load().(string), FrameAge: p.age.Summary(), EncodeDuration: p.encodeTime.Summary(),
+		Restarts: p.restarts.Load(), IdleRepeats: p.repeats.Load(), TargetKbps: int(p.targetKbps.Load()), Size: p.size.Load().(string), FrameAge: p.age.Summary(), EncodeDuration: p.encodeTime.Summary(),
 	}
 }

@@ -37,6 +37,11 @@ let i=0;function f(){i++;document.body.style.background='hsl('+(i*3%360)+',60%,3
 document.getElementById('b').style.left=(i*7%1080)+'px';document.getElementById('n').textContent=i;requestAnimationFrame(f)}f();
 </script>`)
 	})
+	// A still page whose colour flips on each click.
+	mux.HandleFunc("/flip", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `<!doctype html><title>flip</title><style>html,body{margin:0;height:100%;background:#246}</style>
+<script>let on=false;addEventListener('mousedown',()=>{on=!on;document.body.style.background=on?'#c84':'#246'})</script>`)
+	})
 	mux.HandleFunc("/solid", func(w http.ResponseWriter, r *http.Request) {
 		c := r.URL.Query().Get("c")
 		for _, ch := range c {

@@ -275,6 +275,7 @@ type SessionSnapshot struct {
 		FramesEncoded uint64 `json:"framesEncoded"`
 		FramesDropped uint64 `json:"framesDropped"`
 		TargetKbps    int    `json:"targetKbps"`
+		IdleRepeats   uint64 `json:"idleRepeats"`
 		Size          string `json:"size"`
 		FrameAge      struct {
 			P50 float64 `json:"p50Ms"`
