@@ -52,14 +52,17 @@ type pipeline struct {
 
 	encoderName atomic.Value // string
 	hardware    atomic.Bool
-	encoded     atomic.Uint64
-	keyframes   atomic.Uint64
-	badFrames   atomic.Uint64
-	bytes       atomic.Uint64
-	restarts    atomic.Uint64
-	repeats     atomic.Uint64 // idle repeats of a still picture
-	age         *metrics.Window
-	encodeTime  *metrics.Window
+	// fallback: the hardware encoder that failed at run time and why ("" =
+	// none); kept across reopens, which the plugin serves in software.
+	fallback   atomic.Value // string
+	encoded    atomic.Uint64
+	keyframes  atomic.Uint64
+	badFrames  atomic.Uint64
+	bytes      atomic.Uint64
+	restarts   atomic.Uint64
+	repeats    atomic.Uint64 // idle repeats of a still picture
+	age        *metrics.Window
+	encodeTime *metrics.Window
 }
 
 func newPipeline(s *Session, codec string) (*pipeline, error) {
@@ -73,6 +76,7 @@ func newPipeline(s *Session, codec string) (*pipeline, error) {
 		age: metrics.NewWindow(512), encodeTime: metrics.NewWindow(512),
 	}
 	p.encoderName.Store("")
+	p.fallback.Store("")
 	p.size.Store("")
 	p.rates = map[string]int{}
 	p.targetKbps.Store(int64(s.m.video().BitrateKbps))
@@ -457,6 +461,16 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 			return fmt.Errorf("encode: %w", err)
 		}
 		p.encodeTime.Add(res.EncodeTime)
+		if o := res.Opened; o != nil {
+			// The hardware encoder failed at run time: the plugin went over
+			// to software on this very frame (a keyframe).
+			p.encoderName.Store(o.Encoder)
+			p.hardware.Store(o.Hardware)
+			if o.FallbackFrom != "" {
+				p.fallback.Store(o.FallbackFrom + ": " + o.FallbackReason)
+				p.s.log.Warn("hardware encoder failed: software from here on", "codec", p.codec, "from", o.FallbackFrom, "to", o.Encoder, "err", o.FallbackReason)
+			}
+		}
 		for _, smp := range res.Samples {
 			p.send(smp.Data, smp.Keyframe, f.CaptureTime)
 		}
@@ -521,16 +535,19 @@ func (r *idleRepeats) stop() {
 
 // PipelineStats is one codec pipeline's state in a session snapshot.
 type PipelineStats struct {
-	Codec         string `json:"codec"`
-	Encoder       string `json:"encoder"`
-	Hardware      bool   `json:"hardware"`
-	Viewers       int    `json:"viewers"`
-	FramesEncoded uint64 `json:"framesEncoded"`
-	Keyframes     uint64 `json:"keyframes"`
-	FramesDropped uint64 `json:"framesDropped"`
-	BadFrames     uint64 `json:"badFrames"`
-	Bytes         uint64 `json:"bytes"`
-	Restarts      uint64 `json:"restarts"`
+	Codec    string `json:"codec"`
+	Encoder  string `json:"encoder"`
+	Hardware bool   `json:"hardware"`
+	// EncoderFallback is "encoder: error" when a hardware encoder failed at
+	// run time and the pipeline went on in software.
+	EncoderFallback string `json:"encoderFallback,omitempty"`
+	Viewers         int    `json:"viewers"`
+	FramesEncoded   uint64 `json:"framesEncoded"`
+	Keyframes       uint64 `json:"keyframes"`
+	FramesDropped   uint64 `json:"framesDropped"`
+	BadFrames       uint64 `json:"badFrames"`
+	Bytes           uint64 `json:"bytes"`
+	Restarts        uint64 `json:"restarts"`
 	// IdleRepeats counts re-encodes of a still picture (Video.IdleFPS).
 	IdleRepeats uint64 `json:"idleRepeats"`
 	// TargetKbps is what the encoder is told to send: the weakest viewer's
@@ -545,7 +562,7 @@ type PipelineStats struct {
 
 func (p *pipeline) stats(viewers int) PipelineStats {
 	return PipelineStats{
-		Codec: p.codec, Encoder: p.encoderName.Load().(string), Hardware: p.hardware.Load(),
+		Codec: p.codec, Encoder: p.encoderName.Load().(string), Hardware: p.hardware.Load(), EncoderFallback: p.fallback.Load().(string),
 		Viewers: viewers, FramesEncoded: p.encoded.Load(), Keyframes: p.keyframes.Load(),
 		FramesDropped: p.slot.dropped.Load(), BadFrames: p.badFrames.Load(), Bytes: p.bytes.Load(),
 		Restarts: p.restarts.Load(), IdleRepeats: p.repeats.Load(), TargetKbps: int(p.targetKbps.Load()), Size: p.size.Load().(string), FrameAge: p.age.Summary(), EncodeDuration: p.encodeTime.Summary(),

@@ -73,7 +73,7 @@ const configJSONSchema = `{
   "additionalProperties": false,
   "properties": {
     "hardware": {"type": "string", "enum": ["auto", "off", "vaapi", "nvenc"], "default": "auto",
-      "description": "Default hardware use for streams that do not ask: auto tries h264_vaapi then h264_nvenc (only those that passed the start-up probe) and falls back to libx264."},
+      "description": "Default hardware use for streams that do not ask: auto tries h264_vaapi then h264_nvenc (only those whose last probe passed) and falls back to libx264. A hardware encoder that fails while a stream runs hands that stream to libx264 and is re-probed at most every 30 s before new streams use it again."},
     "threads": {"type": "integer", "minimum": 1, "maximum": 16, "default": 1,
       "description": "Encoder threads per stream."},
     "h264Preset": {"type": "string", "enum": ["ultrafast", "superfast", "veryfast"], "default": "ultrafast",

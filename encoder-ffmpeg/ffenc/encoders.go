@@ -33,6 +33,9 @@ type settings struct {
 	h264Preset    string
 	vp8CPUUsed    int
 	device        string // VAAPI render node
+	// The test-only fake hardware encoder's behaviour (see FakeHWEnv).
+	fakeFailAfter int
+	fakeOKFile    string
 }
 
 func (s settings) codec() string {
@@ -42,7 +45,19 @@ func (s settings) codec() string {
 	return encoder.CodecH264
 }
 
-func (s settings) hardware() bool { return s.encoder == EncoderVAAPI || s.encoder == EncoderNVENC }
+func (s settings) hardware() bool {
+	return s.encoder == EncoderVAAPI || s.encoder == EncoderNVENC || s.encoder == EncoderFakeHW
+}
+
+// software is s on the software encoder of its codec, for a stream whose
+// hardware encoder failed: same size, rate, frame rate and keyframe interval.
+func (s settings) software() settings {
+	if s.codec() == encoder.CodecH264 {
+		s.encoder = EncoderX264
+	}
+	s.device, s.fakeFailAfter, s.fakeOKFile = "", 0, ""
+	return s
+}
 
 // pixelFormat is what the encoder is fed: limited-range 4:2:0 for every
 // software encoder. The screencast's JPEGs are full range (yuvj420p) and
@@ -73,7 +88,7 @@ func (s settings) options() []option {
 	bps := strconv.Itoa(s.bitrateKbps * 1000)
 	g := strconv.Itoa(s.keyint)
 	switch s.encoder {
-	case EncoderX264:
+	case EncoderX264, EncoderFakeHW:
 		return append([]option{
 			{"preset", s.h264Preset},
 			// zerolatency: no lookahead, no frame-thread delay, and
@@ -167,6 +182,9 @@ func openEncoder(s settings) (enc videoEncoder, unused []string, err error) {
 		}
 		v, err := openVAAPI(s.encoder, s.device, s.width, s.height, s.fps, timeBase, b.String())
 		return v, nil, err
+	}
+	if s.encoder == EncoderFakeHW {
+		return openFakeHW(s)
 	}
 	return openAV(s)
 }

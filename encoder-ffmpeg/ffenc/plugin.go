@@ -2,6 +2,13 @@
 // libavcodec's mjpeg decoder, converted with swscale when needed, and
 // encoded to H.264 (libx264, or h264_vaapi / h264_nvenc when a start-up
 // probe found them working) or VP8 (libvpx), through go-astiav.
+//
+// A hardware encoder that fails while a stream runs (encode, upload or
+// reopen) is replaced by libx264 for the rest of that stream, from the
+// failing frame on, which is encoded again as a keyframe; the result of
+// that frame reports the switch (encoder.Result.Opened). The hardware
+// encoder is then marked failed for new streams and re-probed in the
+// background, at most every DefaultReprobeEvery, until it passes.
 package ffenc
 
 import (
@@ -9,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -32,19 +40,48 @@ const (
 	DefaultKeyframeInterval = 2 * time.Second
 )
 
+// DefaultReprobeEvery is the least time between two probes of a hardware
+// encoder that failed: a probe costs a device open and an encode, and a
+// device that just failed seldom comes back within seconds.
+const DefaultReprobeEvery = 30 * time.Second
+
+// maxProbeError bounds a probe's error text (FFmpeg's log lines included).
+const maxProbeError = 600
+
 // Plugin implements encoder.Encoder.
 type Plugin struct {
 	log *slog.Logger
 	// renderNodes is the glob of VAAPI render nodes (a field for tests).
 	renderNodes string
 
+	// fakeHW is the test-only fake hardware encoder (FakeHWEnv), nil
+	// unless enabled.
+	fakeHW *fakeHWConfig
+	// reprobeEvery is the re-probe interval of a failed hardware encoder
+	// (a field for tests).
+	reprobeEvery time.Duration
+
+	// bg is the context of the re-probes; Shutdown cancels it and waits.
+	bg     context.Context
+	bgStop context.CancelFunc
+	bgWG   sync.WaitGroup
+
 	mu      sync.Mutex
 	cfg     Config
 	streams map[*stream]struct{}
 	down    bool
+	probes  []encoder.Probe      // under mu once probeOnce has run
+	hw      map[string]*hwHealth // hardware encoders that failed after their probe
 
 	probeOnce sync.Once
-	probes    []encoder.Probe
+}
+
+// hwHealth is a hardware encoder's record after it failed at run time.
+type hwHealth struct {
+	failures  int    // so far; a probe started before the last one does not count
+	reason    string // the last failure
+	reprobing bool   // a re-probe loop runs
+	reprobes  int    // re-probes run so far
 }
 
 var _ encoder.Encoder = (*Plugin)(nil)
@@ -53,12 +90,37 @@ var _ encoder.Encoder = (*Plugin)(nil)
 // to log from here on.
 func New(log *slog.Logger) *Plugin {
 	installFFmpegLog(log)
-	return &Plugin{
-		log:         log,
-		renderNodes: "/dev/dri/renderD*",
-		cfg:         DefaultConfig(),
-		streams:     map[*stream]struct{}{},
+	bg, stop := context.WithCancel(context.Background())
+	p := &Plugin{
+		log:          log,
+		renderNodes:  "/dev/dri/renderD*",
+		reprobeEvery: DefaultReprobeEvery,
+		bg:           bg,
+		bgStop:       stop,
+		cfg:          DefaultConfig(),
+		streams:      map[*stream]struct{}{},
+		hw:           map[string]*hwHealth{},
 	}
+	if v := os.Getenv(FakeHWEnv); v != "" {
+		c, err := parseFakeHW(v)
+		if err != nil {
+			log.Error("test hook ignored", "error", err)
+		} else {
+			p.enableFakeHW(c)
+		}
+	}
+	return p
+}
+
+// enableFakeHW registers the test-only fake hardware encoder; call it
+// before the first probe.
+func (p *Plugin) enableFakeHW(c fakeHWConfig) {
+	p.fakeHW = &c
+	if c.reprobeEvery > 0 {
+		p.reprobeEvery = c.reprobeEvery
+	}
+	p.log.Warn("TEST HOOK: fake hardware encoder enabled", "env", FakeHWEnv, "encoder", EncoderFakeHW,
+		"failAfter", c.failAfter, "okFile", c.okFile, "reprobeEvery", p.reprobeEvery)
 }
 
 func (p *Plugin) Info(ctx context.Context) (base.Info, error) {
@@ -91,7 +153,8 @@ func (p *Plugin) SetConfig(_ context.Context, configJSON []byte) error {
 
 func (p *Plugin) Ping(context.Context) error { return nil }
 
-// Shutdown closes every open stream and refuses new ones.
+// Shutdown closes every open stream, refuses new ones and stops the
+// re-probes.
 func (p *Plugin) Shutdown(context.Context) error {
 	p.mu.Lock()
 	p.down = true
@@ -103,6 +166,8 @@ func (p *Plugin) Shutdown(context.Context) error {
 	for _, s := range open {
 		_ = s.Close()
 	}
+	p.bgStop()
+	p.bgWG.Wait()
 	return nil
 }
 
@@ -120,7 +185,96 @@ func (p *Plugin) Capabilities(context.Context) ([]encoder.Probe, error) {
 // probeResults returns the probe results, probing on the first call.
 func (p *Plugin) probeResults() []encoder.Probe {
 	p.probeOnce.Do(p.probe)
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return append([]encoder.Probe(nil), p.probes...)
+}
+
+// hwFailed records that a hardware encoder failed after its probe passed
+// (while opening or encoding): new streams stop using it, and a re-probe
+// in the background brings it back once it passes. Streams that already
+// went over to software stay there.
+func (p *Plugin) hwFailed(name string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.hw[name]
+	if h == nil {
+		h = &hwHealth{}
+		p.hw[name] = h
+	}
+	h.failures++
+	h.reason = err.Error()
+	p.setProbeLocked(encoder.Probe{Encoder: name, Hardware: true, Error: "failed at run time: " + h.reason})
+	if h.reprobing || p.down {
+		return
+	}
+	h.reprobing = true
+	p.bgWG.Add(1)
+	go p.reprobe(name)
+}
+
+// setProbeLocked replaces name's probe result; a zero Codec or Duration
+// keeps the previous one.
+func (p *Plugin) setProbeLocked(pr encoder.Probe) {
+	if len(pr.Error) > maxProbeError {
+		pr.Error = pr.Error[:maxProbeError] + "…"
+	}
+	for i := range p.probes {
+		if p.probes[i].Encoder != pr.Encoder {
+			continue
+		}
+		if pr.Codec == "" {
+			pr.Codec = p.probes[i].Codec
+		}
+		if pr.Duration == 0 {
+			pr.Duration = p.probes[i].Duration
+		}
+		p.probes[i] = pr
+	}
+}
+
+// reprobe probes a failed hardware encoder every reprobeEvery until it
+// passes or the plugin shuts down. Waiting before each probe bounds the
+// probes of one encoder to one per interval, however often streams fail.
+func (p *Plugin) reprobe(name string) {
+	defer p.bgWG.Done()
+	t := time.NewTimer(p.reprobeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.bg.Done():
+			p.mu.Lock()
+			p.hw[name].reprobing = false
+			p.mu.Unlock()
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		h := p.hw[name]
+		failures := h.failures
+		h.reprobes++
+		p.mu.Unlock()
+		pr := p.probeOne(name, true)
+		p.mu.Lock()
+		switch {
+		case pr.OK && h.failures == failures:
+			p.setProbeLocked(pr)
+			h.reprobing = false
+			p.mu.Unlock()
+			p.log.Info("hardware encoder passed its re-probe: new streams use it again", "encoder", name, "duration", pr.Duration)
+			return
+		case pr.OK:
+			// It failed again while this probe ran: that failure stands.
+		default:
+			pr.Error = "failed at run time: " + h.reason + "; re-probe: " + pr.Error
+			p.setProbeLocked(pr)
+		}
+		p.mu.Unlock()
+		if !pr.OK {
+			p.log.Warn("hardware encoder failed its re-probe", "encoder", name, "error", pr.Error, "next", p.reprobeEvery)
+		}
+		t.Reset(p.reprobeEvery)
+	}
 }
 
 func openFailed(format string, args ...any) error {
@@ -147,17 +301,25 @@ func (p *Plugin) Open(ctx context.Context, op encoder.OpenParams) (encoder.Strea
 	if set.encoder, set.device, err = p.pick(op.Codec, op.Hardware); err != nil {
 		return nil, err
 	}
+	if set.encoder == EncoderFakeHW {
+		set.fakeFailAfter, set.fakeOKFile = p.fakeHW.failAfter, p.fakeHW.okFile
+	}
 	s, err := newStream(p.log, set, op.KeyframeInterval)
-	if err != nil && op.Hardware == HardwareAuto && set.hardware() {
+	if err != nil && set.hardware() {
 		// The probe passed but this open did not (a busy or lost device):
-		// auto means software will do.
-		p.log.Warn("hardware encoder failed to open, using libx264", "encoder", set.encoder, "error", err)
-		set.encoder, set.device = EncoderX264, ""
-		s, err = newStream(p.log, set, op.KeyframeInterval)
+		// new streams stop using it until a re-probe passes.
+		p.hwFailed(set.encoder, fmt.Errorf("opening: %w", err))
+		if op.Hardware == HardwareAuto {
+			// auto means software will do.
+			p.log.Warn("hardware encoder failed to open, using libx264", "encoder", set.encoder, "error", err)
+			set = set.software()
+			s, err = newStream(p.log, set, op.KeyframeInterval)
+		}
 	}
 	if err != nil {
 		return nil, openFailed("%v", err)
 	}
+	s.onHWFail = p.hwFailed
 	s.onDone = func() {
 		p.mu.Lock()
 		delete(p.streams, s)
@@ -261,14 +423,19 @@ func (p *Plugin) device(name string) string {
 }
 
 // probe tries every encoder for real, once: hardware first (the order auto
-// prefers), then the software fallbacks.
+// prefers, the test-only fake before the real ones), then the software
+// fallbacks.
 func (p *Plugin) probe() {
-	ps := []encoder.Probe{
+	var ps []encoder.Probe
+	if p.fakeHW != nil {
+		ps = append(ps, p.probeOne(EncoderFakeHW, true))
+	}
+	ps = append(ps,
 		p.probeOne(EncoderVAAPI, true),
 		p.probeOne(EncoderNVENC, true),
 		p.probeOne(EncoderX264, false),
 		p.probeOne(EncoderVPX, false),
-	}
+	)
 	for _, pr := range ps {
 		if pr.OK {
 			p.log.Info("encoder probe ok", "encoder", pr.Encoder, "duration", pr.Duration)
@@ -276,13 +443,18 @@ func (p *Plugin) probe() {
 			p.log.Warn("encoder unavailable", "encoder", pr.Encoder, "error", pr.Error, "duration", pr.Duration)
 		}
 	}
+	p.mu.Lock()
 	p.probes = ps
+	p.mu.Unlock()
 }
 
 func (p *Plugin) probeOne(name string, hw bool) encoder.Probe {
 	set := settings{
 		encoder: name, width: 320, height: 240, fps: 24, bitrateKbps: 500, keyint: 48,
 		threads: 1, h264Preset: "ultrafast", vp8CPUUsed: -8,
+	}
+	if name == EncoderFakeHW {
+		set.fakeFailAfter, set.fakeOKFile = p.fakeHW.failAfter, p.fakeHW.okFile
 	}
 	pr := encoder.Probe{Encoder: name, Codec: set.codec(), Hardware: hw}
 	start := time.Now()
@@ -300,8 +472,8 @@ func (p *Plugin) probeOne(name string, hw bool) encoder.Probe {
 		if len(lines) > 0 {
 			msg += "; ffmpeg: " + strings.Join(lines, " | ")
 		}
-		if len(msg) > 600 {
-			msg = msg[:600] + "…"
+		if len(msg) > maxProbeError {
+			msg = msg[:maxProbeError] + "…"
 		}
 		pr.Error = msg
 	} else {

@@ -8,6 +8,7 @@ import (
 	"image/jpeg"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asticode/go-astiav"
@@ -33,13 +34,19 @@ var zeroPadding [inputPadding]byte
 // stream is one open encode stream: mjpeg decode, swscale when needed,
 // encode. Encode and Control may be called from different goroutines.
 type stream struct {
-	mu     sync.Mutex
-	log    *slog.Logger
-	opened encoder.Opened
-	set    settings
-	kfInt  time.Duration
-	onDone func() // unregisters the stream from its plugin
-	stop   func() bool
+	mu  sync.Mutex
+	log *slog.Logger
+	// opened is read without mu: Opened must not wait for an encode.
+	opened atomic.Pointer[encoder.Opened]
+	// switched: opened changed since the last result, which must carry it.
+	switched bool
+	set      settings
+	kfInt    time.Duration
+	onDone   func() // unregisters the stream from its plugin
+	// onHWFail reports a hardware encoder's failure to the plugin (nil for
+	// streams opened without one).
+	onHWFail func(name string, err error)
+	stop     func() bool
 
 	pending   *encoder.Control // applied on the next Encode
 	forceNext bool
@@ -62,12 +69,8 @@ type stream struct {
 
 func newStream(log *slog.Logger, set settings, kfInt time.Duration) (*stream, error) {
 	installFFmpegLog(nil) // streams opened without a Plugin (benchmarks)
-	s := &stream{
-		log:    log,
-		set:    set,
-		kfInt:  kfInt,
-		opened: encoder.Opened{Encoder: set.encoder, Codec: set.codec(), Hardware: set.hardware()},
-	}
+	s := &stream{log: log, set: set, kfInt: kfInt}
+	s.opened.Store(&encoder.Opened{Encoder: set.encoder, Codec: set.codec(), Hardware: set.hardware()})
 	if err := s.openDecoder(); err != nil {
 		s.free()
 		return nil, err
@@ -143,7 +146,47 @@ func (s *stream) openEncoder() error {
 	return nil
 }
 
-func (s *stream) Opened() encoder.Opened { return s.opened }
+func (s *stream) Opened() encoder.Opened { return *s.opened.Load() }
+
+// fallback replaces the failed hardware encoder with the software one for
+// the rest of the stream and reports the failure to the plugin, which
+// re-probes the hardware encoder for new streams. The caller encodes the
+// next frame as a keyframe: it is the new encoder's first.
+func (s *stream) fallback(hwErr error) error {
+	from := s.set.encoder
+	start := time.Now()
+	if s.onHWFail != nil {
+		s.onHWFail(from, hwErr)
+	}
+	if s.enc != nil {
+		s.enc.close()
+		s.enc = nil
+	}
+	sw := s.set.software()
+	if sw.pixelFormat() != s.set.pixelFormat() {
+		// VAAPI is fed NV12, libx264 yuv420p: the scaled frame and the
+		// scaler are remade for the new format.
+		if s.scaled != nil {
+			s.scaled.Free()
+			s.scaled = nil
+		}
+		if s.sws != nil {
+			s.sws.Free()
+			s.sws = nil
+		}
+	}
+	s.set = sw
+	if err := s.openEncoder(); err != nil {
+		// Nothing left to encode with: the host reopens the stream.
+		s.closeLocked()
+		return fmt.Errorf("%s failed (%v) and %s did not open: %w", from, hwErr, sw.encoder, err)
+	}
+	s.opened.Store(&encoder.Opened{Encoder: sw.encoder, Codec: sw.codec(), FallbackFrom: from, FallbackReason: hwErr.Error()})
+	s.switched = true
+	s.log.Warn("hardware encoder failed, the stream continues in software", "from", from, "to", sw.encoder,
+		"error", hwErr, "reopen", time.Since(start))
+	return nil
+}
 
 func badFrame(format string, args ...any) error {
 	return &encoder.Error{Code: "bad_frame", Message: fmt.Sprintf(format, args...)}
@@ -160,16 +203,36 @@ func (s *stream) Encode(f encoder.InputFrame) (encoder.Result, error) {
 	if err := s.decode(f.JPEG); err != nil {
 		return encoder.Result{}, err
 	}
-	defer s.decFrame.Unref()
+	defer func() {
+		if s.decFrame != nil { // nil once a failed fallback closed the stream
+			s.decFrame.Unref()
+		}
+	}()
 
 	if s.pending != nil {
 		if err := s.applyControl(); err != nil {
 			return encoder.Result{}, &encoder.Error{Code: "encode_failed", Message: err.Error()}
 		}
 	}
-	src, err := s.prepare()
+	res, err := s.encodeDecoded(f, start)
 	if err != nil {
 		return encoder.Result{}, &encoder.Error{Code: "encode_failed", Message: err.Error()}
+	}
+	if s.switched {
+		o := s.Opened()
+		res.Opened, s.switched = &o, false
+	}
+	res.EncodeTime = time.Since(start)
+	return res, nil
+}
+
+// encodeDecoded encodes s.decFrame. When a hardware encoder fails on it,
+// the stream goes over to software and the same frame is encoded again, as
+// a keyframe, so the picture goes on with this very frame.
+func (s *stream) encodeDecoded(f encoder.InputFrame, start time.Time) (encoder.Result, error) {
+	src, err := s.prepare()
+	if err != nil {
+		return encoder.Result{}, err
 	}
 
 	capture := f.CaptureTime
@@ -189,12 +252,23 @@ func (s *stream) Encode(f encoder.InputFrame) (encoder.Result, error) {
 
 	res := encoder.Result{Seq: f.Seq}
 	gotKey := false
-	err = s.enc.encode(src, pts, key, func(data []byte, k bool) {
+	emit := func(data []byte, k bool) {
 		gotKey = gotKey || k
 		res.Samples = append(res.Samples, encoder.Sample{Data: data, Keyframe: k, Duration: dur, CaptureTime: capture})
-	})
+	}
+	err = s.enc.encode(src, pts, key, emit)
+	if err != nil && s.set.hardware() {
+		// Whatever the failed encoder still emitted is dropped: the
+		// software keyframe of this frame replaces it.
+		res.Samples, gotKey, key = nil, false, true
+		if err = s.fallback(err); err == nil {
+			if src, err = s.prepare(); err == nil {
+				err = s.enc.encode(src, pts, key, emit)
+			}
+		}
+	}
 	if err != nil {
-		return encoder.Result{}, &encoder.Error{Code: "encode_failed", Message: err.Error()}
+		return encoder.Result{}, err
 	}
 	s.started, s.lastPts = true, pts
 	if gotKey {
@@ -202,7 +276,6 @@ func (s *stream) Encode(f encoder.InputFrame) (encoder.Result, error) {
 	}
 	// A requested keyframe stays requested until one comes out.
 	s.forceNext = key && !gotKey
-	res.EncodeTime = time.Since(start)
 	return res, nil
 }
 
@@ -336,6 +409,15 @@ func (s *stream) applyControl() error {
 	prev := s.set
 	s.set = next
 	if err := s.openEncoder(); err != nil {
+		if next.hardware() {
+			// A hardware encoder that cannot reopen failed like one that
+			// cannot encode; software takes the new targets.
+			if ferr := s.fallback(fmt.Errorf("reopening: %w", err)); ferr != nil {
+				return ferr
+			}
+			s.forceNext = true
+			return nil
+		}
 		s.set = prev
 		return fmt.Errorf("reopening the encoder: %w", err)
 	}

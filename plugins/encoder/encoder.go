@@ -45,6 +45,13 @@ type Opened struct {
 	Encoder  string
 	Codec    string
 	Hardware bool
+	// FallbackFrom is the hardware encoder the stream ran on until it
+	// failed while encoding, after which the stream went over to software
+	// (Encoder) for good; empty while the stream runs on the encoder it was
+	// opened with.
+	FallbackFrom string
+	// FallbackReason is FallbackFrom's error.
+	FallbackReason string
 }
 
 // InputFrame is one JPEG picture to encode.
@@ -68,6 +75,11 @@ type Result struct {
 	Seq        uint64
 	Samples    []Sample
 	EncodeTime time.Duration
+	// Opened is set on the result of the first frame from another encoder
+	// (a hardware encoder failed and software took over): Samples are the
+	// new encoder's and start with a keyframe, and Stream.Opened returns the
+	// same from then on. nil when the encoder did not change.
+	Opened *Opened
 }
 
 // Control changes a running stream's targets.
@@ -95,6 +107,9 @@ type Encoder interface {
 // Stream is one open encoder. Encode is synchronous: one frame in flight,
 // so the caller can keep only the newest frame waiting instead of a queue.
 type Stream interface {
+	// Opened is the encoder the stream uses now: what Open chose, until a
+	// Result carries another Opened (a run-time fallback). Safe to call
+	// from any goroutine, also while Encode runs.
 	Opened() Opened
 	Encode(f InputFrame) (Result, error)
 	Control(c Control) error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -93,7 +94,8 @@ func (c *Client) Open(ctx context.Context, p OpenParams) (Stream, error) {
 	}
 	switch m := out.GetMsg().(type) {
 	case *encoderpb.EncodeOut_Opened:
-		cs.opened = Opened{Encoder: m.Opened.GetEncoder(), Codec: m.Opened.GetCodec(), Hardware: m.Opened.GetHardware()}
+		o := openedFromPB(m.Opened)
+		cs.opened.Store(&o)
 		return cs, nil
 	case *encoderpb.EncodeOut_Error:
 		cs.Close()
@@ -107,10 +109,25 @@ func (c *Client) Open(ctx context.Context, p OpenParams) (Stream, error) {
 type clientStream struct {
 	st     grpc.BidiStreamingClient[encoderpb.EncodeIn, encoderpb.EncodeOut]
 	cancel context.CancelFunc
-	opened Opened
+	// opened changes under Encode while others may read it (stats).
+	opened atomic.Pointer[Opened]
 }
 
-func (s *clientStream) Opened() Opened { return s.opened }
+func (s *clientStream) Opened() Opened { return *s.opened.Load() }
+
+func openedFromPB(o *encoderpb.Opened) Opened {
+	return Opened{
+		Encoder: o.GetEncoder(), Codec: o.GetCodec(), Hardware: o.GetHardware(),
+		FallbackFrom: o.GetFallbackFrom(), FallbackReason: o.GetFallbackReason(),
+	}
+}
+
+func openedToPB(o Opened) *encoderpb.Opened {
+	return &encoderpb.Opened{
+		Encoder: o.Encoder, Codec: o.Codec, Hardware: o.Hardware,
+		FallbackFrom: o.FallbackFrom, FallbackReason: o.FallbackReason,
+	}
+}
 
 func (s *clientStream) Encode(f InputFrame) (Result, error) {
 	if err := s.st.Send(&encoderpb.EncodeIn{Msg: &encoderpb.EncodeIn_Frame{Frame: &encoderpb.InputFrame{
@@ -131,6 +148,11 @@ func (s *clientStream) Encode(f InputFrame) (Result, error) {
 				Duration:    time.Duration(smp.GetDurationNs()),
 				CaptureTime: time.Unix(0, smp.GetCaptureUnixNano()),
 			})
+		}
+		if m.Result.GetOpened() != nil {
+			o := openedFromPB(m.Result.GetOpened())
+			r.Opened = &o
+			s.opened.Store(&o)
 		}
 		return r, nil
 	case *encoderpb.EncodeOut_Error:
@@ -203,10 +225,7 @@ func (s *server) Encode(st grpc.BidiStreamingServer[encoderpb.EncodeIn, encoderp
 		return sendErr(st, err)
 	}
 	defer stream.Close()
-	o := stream.Opened()
-	if err := st.Send(&encoderpb.EncodeOut{Msg: &encoderpb.EncodeOut_Opened{Opened: &encoderpb.Opened{
-		Encoder: o.Encoder, Codec: o.Codec, Hardware: o.Hardware,
-	}}}); err != nil {
+	if err := st.Send(&encoderpb.EncodeOut{Msg: &encoderpb.EncodeOut_Opened{Opened: openedToPB(stream.Opened())}}); err != nil {
 		return err
 	}
 	for {
@@ -230,6 +249,9 @@ func (s *server) Encode(st grpc.BidiStreamingServer[encoderpb.EncodeIn, encoderp
 				continue
 			}
 			out := &encoderpb.Result{Seq: res.Seq, EncodeNs: int64(res.EncodeTime)}
+			if res.Opened != nil {
+				out.Opened = openedToPB(*res.Opened)
+			}
 			for _, smp := range res.Samples {
 				out.Samples = append(out.Samples, &encoderpb.Sample{
 					Data: smp.Data, Keyframe: smp.Keyframe, DurationNs: int64(smp.Duration),

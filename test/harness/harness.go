@@ -108,6 +108,8 @@ type Options struct {
 	NoUsers bool
 	// Listen is the address to serve on (default "127.0.0.1:0").
 	Listen string
+	// Env is added to the appliance's environment (its plugins inherit it).
+	Env []string
 }
 
 var firstStartLine = regexp.MustCompile(`one-time password (\S+) `)
@@ -165,6 +167,7 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 		return nil, err
 	}
 	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+	cmd.Env = append(cmd.Env, o.Env...)
 	logPath := filepath.Join(logDir, "tabcast.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -270,14 +273,17 @@ type SessionSnapshot struct {
 	CaptureMode     string `json:"captureMode"`
 	CaptureFallback string `json:"captureFallback"`
 	Pipelines       []struct {
-		Codec         string `json:"codec"`
-		Encoder       string `json:"encoder"`
-		FramesEncoded uint64 `json:"framesEncoded"`
-		FramesDropped uint64 `json:"framesDropped"`
-		TargetKbps    int    `json:"targetKbps"`
-		IdleRepeats   uint64 `json:"idleRepeats"`
-		Size          string `json:"size"`
-		FrameAge      struct {
+		Codec    string `json:"codec"`
+		Encoder  string `json:"encoder"`
+		Hardware bool   `json:"hardware"`
+		// EncoderFallback: the hardware encoder that failed at run time.
+		EncoderFallback string `json:"encoderFallback"`
+		FramesEncoded   uint64 `json:"framesEncoded"`
+		FramesDropped   uint64 `json:"framesDropped"`
+		TargetKbps      int    `json:"targetKbps"`
+		IdleRepeats     uint64 `json:"idleRepeats"`
+		Size            string `json:"size"`
+		FrameAge        struct {
 			P50 float64 `json:"p50Ms"`
 			P95 float64 `json:"p95Ms"`
 		} `json:"frameAge"`

@@ -501,13 +501,20 @@ func (*EncodeIn_Frame) isEncodeIn_Msg() {}
 
 func (*EncodeIn_Control) isEncodeIn_Msg() {}
 
+// Opened says which encoder a stream uses.
 type Opened struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Encoder       string                 `protobuf:"bytes,1,opt,name=encoder,proto3" json:"encoder,omitempty"`
-	Codec         string                 `protobuf:"bytes,2,opt,name=codec,proto3" json:"codec,omitempty"`
-	Hardware      bool                   `protobuf:"varint,3,opt,name=hardware,proto3" json:"hardware,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Encoder  string                 `protobuf:"bytes,1,opt,name=encoder,proto3" json:"encoder,omitempty"`
+	Codec    string                 `protobuf:"bytes,2,opt,name=codec,proto3" json:"codec,omitempty"`
+	Hardware bool                   `protobuf:"varint,3,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	// fallback_from is the hardware encoder this stream ran on until it failed
+	// while encoding and the stream went over to software (encoder); empty
+	// while the stream still runs on the encoder it was opened with.
+	FallbackFrom string `protobuf:"bytes,4,opt,name=fallback_from,json=fallbackFrom,proto3" json:"fallback_from,omitempty"`
+	// fallback_reason is fallback_from's error.
+	FallbackReason string `protobuf:"bytes,5,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Opened) Reset() {
@@ -559,6 +566,20 @@ func (x *Opened) GetHardware() bool {
 		return x.Hardware
 	}
 	return false
+}
+
+func (x *Opened) GetFallbackFrom() string {
+	if x != nil {
+		return x.FallbackFrom
+	}
+	return ""
+}
+
+func (x *Opened) GetFallbackReason() string {
+	if x != nil {
+		return x.FallbackReason
+	}
+	return ""
 }
 
 type Sample struct {
@@ -632,10 +653,16 @@ func (x *Sample) GetCaptureUnixNano() int64 {
 // Result answers exactly one InputFrame, so the host can keep one frame in
 // flight and drop stale ones instead of queueing.
 type Result struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Samples       []*Sample              `protobuf:"bytes,2,rep,name=samples,proto3" json:"samples,omitempty"`
-	EncodeNs      int64                  `protobuf:"varint,3,opt,name=encode_ns,json=encodeNs,proto3" json:"encode_ns,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Seq      uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Samples  []*Sample              `protobuf:"bytes,2,rep,name=samples,proto3" json:"samples,omitempty"`
+	EncodeNs int64                  `protobuf:"varint,3,opt,name=encode_ns,json=encodeNs,proto3" json:"encode_ns,omitempty"`
+	// opened is set on the result of the first frame from another encoder
+	// (a hardware encoder failed and software took over): these samples are
+	// the new encoder's, starting with a keyframe. Unset when nothing changed.
+	// A result rather than a message of its own, so that every frame still
+	// gets exactly one answer and hosts that predate it just ignore it.
+	Opened        *Opened `protobuf:"bytes,4,opt,name=opened,proto3" json:"opened,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,6 +716,13 @@ func (x *Result) GetEncodeNs() int64 {
 		return x.EncodeNs
 	}
 	return 0
+}
+
+func (x *Result) GetOpened() *Opened {
+	if x != nil {
+		return x.Opened
+	}
+	return nil
 }
 
 type EncodeError struct {
@@ -879,21 +913,24 @@ const file_encoder_proto_rawDesc = "" +
 	"\x04open\x18\x01 \x01(\v2\x1e.tabcast.encoder.v1.OpenParamsH\x00R\x04open\x126\n" +
 	"\x05frame\x18\x02 \x01(\v2\x1e.tabcast.encoder.v1.InputFrameH\x00R\x05frame\x127\n" +
 	"\acontrol\x18\x03 \x01(\v2\x1b.tabcast.encoder.v1.ControlH\x00R\acontrolB\x05\n" +
-	"\x03msg\"T\n" +
+	"\x03msg\"\xa2\x01\n" +
 	"\x06Opened\x12\x18\n" +
 	"\aencoder\x18\x01 \x01(\tR\aencoder\x12\x14\n" +
 	"\x05codec\x18\x02 \x01(\tR\x05codec\x12\x1a\n" +
-	"\bhardware\x18\x03 \x01(\bR\bhardware\"\x85\x01\n" +
+	"\bhardware\x18\x03 \x01(\bR\bhardware\x12#\n" +
+	"\rfallback_from\x18\x04 \x01(\tR\ffallbackFrom\x12'\n" +
+	"\x0ffallback_reason\x18\x05 \x01(\tR\x0efallbackReason\"\x85\x01\n" +
 	"\x06Sample\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1a\n" +
 	"\bkeyframe\x18\x02 \x01(\bR\bkeyframe\x12\x1f\n" +
 	"\vduration_ns\x18\x03 \x01(\x03R\n" +
 	"durationNs\x12*\n" +
-	"\x11capture_unix_nano\x18\x04 \x01(\x03R\x0fcaptureUnixNano\"m\n" +
+	"\x11capture_unix_nano\x18\x04 \x01(\x03R\x0fcaptureUnixNano\"\xa1\x01\n" +
 	"\x06Result\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x124\n" +
 	"\asamples\x18\x02 \x03(\v2\x1a.tabcast.encoder.v1.SampleR\asamples\x12\x1b\n" +
-	"\tencode_ns\x18\x03 \x01(\x03R\bencodeNs\";\n" +
+	"\tencode_ns\x18\x03 \x01(\x03R\bencodeNs\x122\n" +
+	"\x06opened\x18\x04 \x01(\v2\x1a.tabcast.encoder.v1.OpenedR\x06opened\";\n" +
 	"\vEncodeError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\xb7\x01\n" +
@@ -939,18 +976,19 @@ var file_encoder_proto_depIdxs = []int32{
 	4,  // 2: tabcast.encoder.v1.EncodeIn.frame:type_name -> tabcast.encoder.v1.InputFrame
 	5,  // 3: tabcast.encoder.v1.EncodeIn.control:type_name -> tabcast.encoder.v1.Control
 	8,  // 4: tabcast.encoder.v1.Result.samples:type_name -> tabcast.encoder.v1.Sample
-	7,  // 5: tabcast.encoder.v1.EncodeOut.opened:type_name -> tabcast.encoder.v1.Opened
-	9,  // 6: tabcast.encoder.v1.EncodeOut.result:type_name -> tabcast.encoder.v1.Result
-	10, // 7: tabcast.encoder.v1.EncodeOut.error:type_name -> tabcast.encoder.v1.EncodeError
-	0,  // 8: tabcast.encoder.v1.Encoder.Capabilities:input_type -> tabcast.encoder.v1.CapabilitiesRequest
-	6,  // 9: tabcast.encoder.v1.Encoder.Encode:input_type -> tabcast.encoder.v1.EncodeIn
-	2,  // 10: tabcast.encoder.v1.Encoder.Capabilities:output_type -> tabcast.encoder.v1.CapabilitiesResponse
-	11, // 11: tabcast.encoder.v1.Encoder.Encode:output_type -> tabcast.encoder.v1.EncodeOut
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	7,  // 5: tabcast.encoder.v1.Result.opened:type_name -> tabcast.encoder.v1.Opened
+	7,  // 6: tabcast.encoder.v1.EncodeOut.opened:type_name -> tabcast.encoder.v1.Opened
+	9,  // 7: tabcast.encoder.v1.EncodeOut.result:type_name -> tabcast.encoder.v1.Result
+	10, // 8: tabcast.encoder.v1.EncodeOut.error:type_name -> tabcast.encoder.v1.EncodeError
+	0,  // 9: tabcast.encoder.v1.Encoder.Capabilities:input_type -> tabcast.encoder.v1.CapabilitiesRequest
+	6,  // 10: tabcast.encoder.v1.Encoder.Encode:input_type -> tabcast.encoder.v1.EncodeIn
+	2,  // 11: tabcast.encoder.v1.Encoder.Capabilities:output_type -> tabcast.encoder.v1.CapabilitiesResponse
+	11, // 12: tabcast.encoder.v1.Encoder.Encode:output_type -> tabcast.encoder.v1.EncodeOut
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_encoder_proto_init() }
