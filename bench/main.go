@@ -74,12 +74,13 @@ type report struct {
 	Sessions  *sessionReport `json:"sessions,omitempty"`
 	Agent     *agentReport   `json:"agent,omitempty"`
 	Turn      *turnReport    `json:"turn,omitempty"`
+	Capped    *cappedReport  `json:"capped,omitempty"`
 }
 
 func main() {
 	name := flag.String("name", "media-720p", "result name: bench/results/<name>.json")
 	dur := flag.Duration("for", 10*time.Second, "how long each codec is watched")
-	only := flag.String("only", "", "run only this part: latency, agent, turn or media (writes bench/results/<part>.json)")
+	only := flag.String("only", "", "run only this part: latency, agent, turn, capped or media (writes bench/results/<part>.json)")
 	flag.IntVar(&latencyClicks, "clicks", latencyClicks, "clicks measured per latency mode")
 	flag.Parse()
 	var err error
@@ -92,6 +93,8 @@ func main() {
 		err = latencyOnly()
 	case "media":
 		err = run("media", *dur, true)
+	case "capped":
+		err = cappedOnly()
 	default:
 		err = run(*name, *dur, false)
 	}
@@ -167,6 +170,9 @@ func run(name string, dur time.Duration, mediaOnly bool) error {
 	}
 	rep.Codecs = append(rep.Codecs, cdpResults...)
 	cpuRatios(rep.Codecs)
+	if rep.Capped, err = cappedBench(ctx, page.URL); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: capped link:", err)
+	}
 	// Last: it kills Chromium on purpose (cold starts).
 	if !mediaOnly {
 		if rep.Sessions, err = sessionBench(ctx, a, page.URL); err != nil {
@@ -174,6 +180,7 @@ func run(name string, dur time.Duration, mediaOnly bool) error {
 		}
 	}
 	printReport(rep)
+	printCapped(rep.Capped)
 	printSessions(rep.Sessions)
 	out := filepath.Join("bench", "results", name+".json")
 	b, _ := json.MarshalIndent(rep, "", "  ")
@@ -311,4 +318,22 @@ func latencyOnly() error {
 		return err
 	}
 	return os.WriteFile(filepath.Join("bench", "results", "latency.json"), b, 0o644)
+}
+
+// cappedOnly runs the 1 Mbit/s link part alone.
+func cappedOnly() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, animPage) }))
+	defer page.Close()
+	r, err := cappedBench(ctx, page.URL)
+	printCapped(r)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join("bench", "results", "capped.json"), append(b, '\n'), 0o644)
 }
