@@ -200,7 +200,8 @@ func TestRelayedViewerSurvivesARelayCrash(t *testing.T) {
 		// Known: about one run in eight the restarted peer connects but no
 		// media follows. A viewer then re-attaches (as the panel does); that
 		// must work, and the miss is logged rather than hidden.
-		t.Logf("no frame after the relay was killed (%d frames before; %d restart(s)): re-attaching", len(arrivals), r.ICERestarts)
+		t.Logf("no frame after the relay was killed (%d frames before; %d restart(s); %d packets, the last at %v; ICE %v): re-attaching\n%s",
+			len(arrivals), r.ICERestarts, r.Packets, r.LastPacket, r.ICEStates, a.LogTail(6000))
 		r2, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: s.ID, Codec: "vp8", For: 3 * time.Second,
 			ICETransportPolicy: "relay", Interfaces: []string{"lo"}})
 		if err != nil || r2.Frames == 0 || r2.LocalCandidateType != "relay" {

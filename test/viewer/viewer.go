@@ -63,6 +63,13 @@ type Result struct {
 	// frame; MaxGap the longest time between two frames.
 	Seconds []Second      `json:"seconds,omitempty"`
 	MaxGap  time.Duration `json:"maxGapNs"`
+	// Packets counts the RTP packets read; LastPacket is when the last one
+	// arrived (from the dial). With ICEStates (the ICE connection state
+	// changes, "1.234s connected") they tell a transport that stopped from
+	// media that stopped.
+	Packets    int           `json:"packets"`
+	LastPacket time.Duration `json:"lastPacketNs"`
+	ICEStates  []string      `json:"iceStates,omitempty"`
 }
 
 // Second is one second of a watch.
@@ -194,6 +201,13 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 		once   sync.Once
 		doneRx = make(chan struct{})
 	)
+	pc.OnICEConnectionStateChange(func(st webrtc.ICEConnectionState) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(res.ICEStates) < 64 {
+			res.ICEStates = append(res.ICEStates, fmt.Sprintf("%.3fs %s", time.Since(start).Seconds(), st))
+		}
+	})
 	pc.OnTrack(func(t *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
 		defer close(doneRx)
 		var dep rtp.Depacketizer = &codecs.VP8Packet{}
@@ -216,6 +230,10 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 			if err != nil {
 				return
 			}
+			mu.Lock()
+			res.Packets++
+			res.LastPacket = time.Since(start)
+			mu.Unlock()
 			sb.Push(pkt)
 			for s := sb.Pop(); s != nil; s = sb.Pop() {
 				f := Frame{Arrived: time.Now(), Size: len(s.Data), Keyframe: isKey(s.Data)}
@@ -353,6 +371,7 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 		defer mu.Unlock()
 		r := res
 		r.Errors = append([]string(nil), res.Errors...)
+		r.ICEStates = append([]string(nil), res.ICEStates...)
 		return r
 	}
 	withPair := func() Result {
