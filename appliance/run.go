@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -127,6 +128,7 @@ type appliance struct {
 	relay    *supervisor.Handle // nil without turn.enabled
 	cfg      *config.Config     // what runs now; replaced by reloads (one at a time, on run's goroutine)
 	rl       reloader
+	listing  atomic.Bool // a watchdog liveness check is listing sessions
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -315,6 +317,22 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			log.Info("default session ready", "session", s.ID())
 		}
 	}
+	// systemd (Type=notify): started; its watchdog is fed while the HTTP
+	// server and the session manager answer.
+	notify := newNotifier()
+	if err := notify.send("READY=1"); err != nil {
+		log.Warn("systemd notify", "err", err)
+	}
+	wctx, stopWatchdog := context.WithCancel(ctx)
+	watchdogDone := make(chan struct{})
+	go func() {
+		defer close(watchdogDone)
+		watchdog(wctx, notify, watchdogEvery(), a.liveness(ln.Addr(), srv.TLSConfig != nil), log)
+	}()
+	defer func() {
+		stopWatchdog()
+		<-watchdogDone
+	}()
 	fmt.Fprintf(stdout, "Tabcast is running. Open the panel: %s/\n", base)
 	if self.IP.IsUnspecified() {
 		for _, h := range certs.Hosts() {
@@ -333,9 +351,12 @@ wait:
 		case err := <-srvErr:
 			return fmt.Errorf("http server: %w", err)
 		case <-hup:
+			_ = notify.send("RELOADING=1")
 			a.reload(ctx)
+			_ = notify.send("READY=1")
 		}
 	}
+	_ = notify.send("STOPPING=1")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)

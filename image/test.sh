@@ -105,11 +105,12 @@ exists /etc/systemd/system/tabcast.service regular
 dbg "$ROOTA" "cat /etc/systemd/system/tabcast.service" >"$work/unit"
 for l in 'User=tabcast' 'ProtectSystem=strict' 'ProtectHome=yes' 'PrivateTmp=yes' 'NoNewPrivileges=yes' \
 	'AmbientCapabilities=CAP_NET_BIND_SERVICE' 'CapabilityBoundingSet=CAP_NET_BIND_SERVICE' \
-	'ReadWritePaths=/var/lib/tabcast /etc/tabcast' 'Restart=on-failure' 'StateDirectory=tabcast'; do
+	'ReadWritePaths=/var/lib/tabcast /etc/tabcast' 'Restart=on-failure' 'StateDirectory=tabcast' \
+	'Type=notify' 'WatchdogSec=30s'; do
 	grep -qx "$l" "$work/unit" || fail "tabcast.service lacks $l"
 done
 if grep '^ExecStart' "$work/unit" | grep -q -- '--no-sandbox'; then fail "tabcast.service passes --no-sandbox"; fi
-ok "rootA: /etc/systemd/system/tabcast.service (tabcast user, hardening, no --no-sandbox)"
+ok "rootA: /etc/systemd/system/tabcast.service (tabcast user, hardening, notify + watchdog, no --no-sandbox)"
 for u in tabcast tabcast-console; do
 	exists "/etc/systemd/system/multi-user.target.wants/$u.service" symlink
 done
