@@ -249,10 +249,27 @@ func fillNil(c *Config) {
 // PluginConfigJSON returns the plugin's subtree as a JSON object, "{}" when
 // the plugin has none. Values are not masked: this goes to the plugin.
 func (c *Config) PluginConfigJSON(name string) ([]byte, error) {
-	if c == nil || c.Plugins.Config[name] == nil {
+	if c == nil {
 		return []byte("{}"), nil
 	}
-	b, err := json.Marshal(c.Plugins.Config[name])
+	sub := map[string]any{}
+	for k, v := range c.Plugins.Config[name] {
+		sub[k] = v
+	}
+	if name != "" && name == c.Plugins.TabCapture {
+		// The browser's encoder (tab capture) starts at the video targets,
+		// as the encoder plugin does, unless its own subtree says otherwise:
+		// a 24 fps appliance must not have the browser encode 30.
+		for k, v := range map[string]int{"maxFps": c.Video.FPS, "maxBitrateKbps": c.Video.BitrateKbps} {
+			if _, set := sub[k]; !set && v > 0 {
+				sub[k] = v
+			}
+		}
+	}
+	if len(sub) == 0 {
+		return []byte("{}"), nil
+	}
+	b, err := json.Marshal(sub)
 	if err != nil {
 		return nil, fmt.Errorf("config: plugins.config.%s: %w", name, err)
 	}

@@ -140,6 +140,8 @@ func TestDefaultsOnly(t *testing.T) {
 		"capture-cdp":    `{"everyNthFrame":1,"maxHeight":0,"maxWidth":0,"quality":80}`,
 		"encoder-ffmpeg": `{"h264Preset":"ultrafast","hardware":"auto","threads":1}`,
 		"auth-none":      `{}`,
+		// The browser's encoder starts at video.fps and video.bitrateKbps.
+		"capture-tab": `{"maxBitrateKbps":2500,"maxFps":24}`,
 	} {
 		got, err := cfg.PluginConfigJSON(name)
 		if err != nil || string(got) != want {
@@ -459,7 +461,8 @@ func TestPluginSubtrees(t *testing.T) {
 			"TABCAST_PLUGINS__CONFIG__RELAYX__HOST=turn.example.test", // stays a string
 			"TABCAST_PLUGINS__CONFIG__RELAYX__PORTTEXT=0x10",          // not decimal: string
 		},
-		args: []string{"--set", "plugins.config.capture-cdp.maxWidth=640", "--set", "plugins.config.relayx.Realm2=x"},
+		args: []string{"--set", "plugins.config.capture-cdp.maxWidth=640", "--set", "plugins.config.relayx.Realm2=x",
+			"--set", "video.fps=15", "--set", "plugins.config.capture-tab.maxBitrateKbps=900"},
 	}.load(t)
 	if err != nil {
 		t.Fatal(err)
@@ -468,6 +471,8 @@ func TestPluginSubtrees(t *testing.T) {
 		"capture-cdp":    `{"everyNthFrame":2,"maxHeight":0,"maxWidth":640,"quality":70}`,
 		"encoder-ffmpeg": `{"h264Preset":"ultrafast","hardware":"auto","threads":1,"vp8cpuused":-6}`,
 		"relayx":         `{"Realm2":"x","enabled":true,"host":"turn.example.test","nested":{"a":[1,"two"],"b":1.5},"porttext":"0x10","realm":"lab"}`,
+		// video.fps fills in; the subtree's own value wins.
+		"capture-tab": `{"maxBitrateKbps":900,"maxFps":15}`,
 	} {
 		got, err := cfg.PluginConfigJSON(name)
 		if err != nil {
