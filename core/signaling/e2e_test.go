@@ -223,6 +223,57 @@ func TestTooManyCandidates(t *testing.T) {
 	c.expectPong()
 }
 
+// TestCandidatesBeforeTheAnswerAreKept: a viewer may trickle a candidate
+// before its answer is on the wire (its gathering runs beside its
+// signaling, notably after an ICE restart). Such candidates are kept and
+// applied with the answer, not refused; they are bounded like the others.
+func TestCandidatesBeforeTheAnswerAreKept(t *testing.T) {
+	e := newEnv(t)
+	c := dial(t, e.wsURL("s1"))
+	c.send(map[string]any{"type": "hello", "codec": "vp8"})
+	c.next("welcome", 5*time.Second, nil)
+	offer := c.next("offer", 5*time.Second, nil)
+	early := func(i int) {
+		cand := fmt.Sprintf("candidate:%d 1 udp 2130706431 127.0.0.1 %d typ host", i+1, 41000+i)
+		c.send(map[string]any{"type": "candidate", "candidate": map[string]any{"candidate": cand, "sdpMid": "0", "sdpMLineIndex": 0}})
+	}
+	for i := 0; i < 3; i++ {
+		early(i)
+	}
+	c.expectPong() // no error for them
+	recv, err := peertest.NewReceiver(peer.Codecs, []string{"lo"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	answer, err := recv.Answer(offer.SDP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.send(map[string]any{"type": "answer", "sdp": answer})
+	c.expectPong() // the kept ones applied without an error
+	// They count against the peer's bound: 3 + 47 more fill it, the next
+	// is refused.
+	for i := 3; i < 50; i++ {
+		early(i)
+	}
+	early(50)
+	c.expectError(signaling.CodeTooManyCandidates)
+
+	// Before the answer the bound holds too.
+	c2 := dial(t, e.wsURL("s1"))
+	c2.send(map[string]any{"type": "hello", "codec": "vp8"})
+	c2.next("welcome", 5*time.Second, nil)
+	c2.next("offer", 5*time.Second, nil)
+	for i := 0; i < 50; i++ {
+		cand := fmt.Sprintf("candidate:%d 1 udp 2130706431 127.0.0.1 %d typ host", i+1, 41000+i)
+		c2.send(map[string]any{"type": "candidate", "candidate": map[string]any{"candidate": cand, "sdpMid": "0", "sdpMLineIndex": 0}})
+	}
+	c2.send(map[string]any{"type": "candidate", "candidate": map[string]any{"candidate": "candidate:99 1 udp 1 127.0.0.1 9 typ host", "sdpMid": "0", "sdpMLineIndex": 0}})
+	c2.expectError(signaling.CodeTooManyCandidates)
+	c2.expectPong()
+}
+
 func TestUnknownSession(t *testing.T) {
 	e := newEnv(t, "vp8")
 	c := dial(t, e.wsURL("nope"))

@@ -222,7 +222,12 @@ type conn struct {
 	release   func()
 	offerSent bool
 	pending   []webrtc.ICECandidateInit // local candidates gathered before the offer went out
-	closing   bool                      // no more frames are queued
+	// early: the viewer's candidates that arrived while an offer (first or
+	// ICE restart) waited for its answer. A viewer may trickle its first
+	// candidate before its answer is on the wire (its gathering runs beside
+	// its signaling); applied once the answer is, not refused.
+	early   []webrtc.ICECandidateInit
+	closing bool // no more frames are queued
 
 	connGen      uint64
 	input        Input       // nil: view-only, or not yet granted
@@ -570,18 +575,42 @@ func (c *conn) answer(m Message) error {
 	}
 	c.mu.Lock()
 	c.phase = phaseAnswered
+	early := c.early
+	c.early = nil
 	c.mu.Unlock()
+	for _, cand := range early {
+		if err := addCandidate(p, cand); err != nil {
+			c.log.Debug("early candidate", "code", err.Code)
+		}
+	}
 	return nil
 }
 
 func (c *conn) candidate(m Message) error {
 	c.mu.Lock()
 	p, ph := c.peer, c.phase
+	if ph == phaseOffered {
+		defer c.mu.Unlock()
+		if len(c.early) >= peer.MaxCandidates {
+			return protoErr(CodeTooManyCandidates, "over %d candidates", peer.MaxCandidates)
+		}
+		c.early = append(c.early, m.Candidate)
+		return nil
+	}
 	c.mu.Unlock()
 	if ph != phaseAnswered {
-		return protoErr(CodeBadState, "candidate before answer")
+		return protoErr(CodeBadState, "candidate before offer")
 	}
-	if err := p.AddCandidate(m.Candidate); err != nil {
+	if err := addCandidate(p, m.Candidate); err != nil {
+		return err
+	}
+	return nil
+}
+
+// addCandidate adds one of the viewer's candidates to p; the error carries
+// the protocol code.
+func addCandidate(p *peer.Peer, cand webrtc.ICECandidateInit) *Error {
+	if err := p.AddCandidate(cand); err != nil {
 		switch {
 		case errors.Is(err, peer.ErrTooManyCandidates):
 			return protoErr(CodeTooManyCandidates, "over %d candidates", peer.MaxCandidates)
@@ -794,6 +823,14 @@ func (c *conn) restartICE() {
 			}
 		}
 	}
+	// The restart gathers new local candidates at once, on pion's
+	// goroutine: held back until the restart offer is out, like the first
+	// offer's. A candidate sent before the offer would be added by the
+	// viewer to the old ICE generation and lost for the new one, leaving it
+	// nothing to check (a restart that never connected, about one in eight).
+	c.mu.Lock()
+	c.offerSent = false
+	c.mu.Unlock()
 	sdp, err := p.RestartICE()
 	if err != nil {
 		c.log.Info("ice restart failed", "err", err)
@@ -802,14 +839,18 @@ func (c *conn) restartICE() {
 		c.closeWith(websocket.StatusNormalClosure, "peer failed")
 		return
 	}
-	c.mu.Lock()
-	c.phase = phaseOffered
-	c.restarting = true
-	c.mu.Unlock()
 	msg.SDP = sdp
 	c.log.Info("ice restart")
 	c.restarts.Add(1)
-	c.send(msg)
+	c.mu.Lock()
+	c.phase = phaseOffered
+	c.restarting = true
+	c.sendLocked(msg)
+	for _, cand := range c.pending {
+		c.sendLocked(candidateMsg{Type: TypeCandidate, Candidate: cand})
+	}
+	c.pending, c.offerSent = nil, true
+	c.mu.Unlock()
 	// Give up when the restart does not connect in time.
 	t := time.NewTimer(restartWait)
 	defer t.Stop()

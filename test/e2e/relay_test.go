@@ -174,8 +174,12 @@ func TestRelayedViewerSurvivesARelayCrash(t *testing.T) {
 			}
 		}
 	}()
+	// AnswerDelay: the viewer's relay candidate reaches the appliance
+	// before its answer to the restart offer (about one run in eight
+	// without the delay); the appliance must keep it, else the restarted
+	// ICE has no relay candidate to pair and never connects.
 	r, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: s.ID, Codec: "vp8", For: 25 * time.Second,
-		ICETransportPolicy: "relay", Interfaces: []string{"lo"},
+		ICETransportPolicy: "relay", Interfaces: []string{"lo"}, AnswerDelay: 300 * time.Millisecond,
 		OnFrame: func(f viewer.Frame) {
 			mu.Lock()
 			arrivals = append(arrivals, f.Arrived)
@@ -197,20 +201,11 @@ func TestRelayedViewerSurvivesARelayCrash(t *testing.T) {
 		}
 	}
 	if back.IsZero() {
-		// Known: about one run in eight the restarted peer connects but no
-		// media follows. A viewer then re-attaches (as the panel does); that
-		// must work, and the miss is logged rather than hidden.
-		t.Logf("no frame after the relay was killed (%d frames before; %d restart(s); %d packets, the last at %v; ICE %v): re-attaching\n%s",
+		t.Fatalf("no frame after the relay was killed (%d frames before; %d restart(s); %d packets, the last at %v; ICE %v)\n%s",
 			len(arrivals), r.ICERestarts, r.Packets, r.LastPacket, r.ICEStates, a.LogTail(6000))
-		r2, err := viewer.Watch(ctx, viewer.Options{BaseURL: a.URL, Token: a.Token, SessionID: s.ID, Codec: "vp8", For: 3 * time.Second,
-			ICETransportPolicy: "relay", Interfaces: []string{"lo"}})
-		if err != nil || r2.Frames == 0 || r2.LocalCandidateType != "relay" {
-			t.Fatalf("re-attach after the relay crash: %v %+v\n%s", err, r2, a.LogTail(3000))
-		}
-		return
 	}
 	gap := back.Sub(killed)
-	t.Logf("relay killed: picture back after %v, %d ICE restart(s), %d frames in all", gap.Round(time.Millisecond), r.ICERestarts, len(arrivals))
+	t.Logf("relay killed: picture back after %v, %d ICE restart(s), %d frames in all; errors %v", gap.Round(time.Millisecond), r.ICERestarts, len(arrivals), r.Errors)
 	if gap > 10*time.Second {
 		t.Errorf("the picture came back %v after the relay crash, want within 10 s", gap)
 	}

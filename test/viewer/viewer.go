@@ -118,6 +118,10 @@ type Options struct {
 	// IgnoreWelcomeICE leaves out the TURN servers the appliance offers
 	// (a viewer that cannot or will not use the relay).
 	IgnoreWelcomeICE bool
+	// AnswerDelay holds each answer back this long after it is made, so that
+	// the viewer's first candidates reach the appliance before its answer
+	// (a race real viewers run into; the appliance must keep them).
+	AnswerDelay time.Duration
 }
 
 type message struct {
@@ -346,6 +350,12 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 				ans, err := pc.CreateAnswer(nil)
 				if err == nil {
 					err = pc.SetLocalDescription(ans)
+				}
+				if err == nil && o.AnswerDelay > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(o.AnswerDelay):
+					}
 				}
 				if err == nil {
 					err = send(message{Type: "answer", SDP: ans.SDP})
