@@ -37,6 +37,7 @@ Usage:
   tabcast support-bundle [-o FILE] [--logs N] [config flags] (redacted diagnostics for support)
   tabcast backup  [-o FILE] [config flags]  (config, users, tokens, TLS, secrets)
   tabcast restore FILE [--dry-run] [--force]
+  tabcast update apply|status|wait-ready|verify|keygen|pubkey|pack ... (A/B updates: see tabcast update --help)
   tabcast version
 `
 
@@ -70,6 +71,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdBackup(args[1:], stdout, stderr)
 	case "restore":
 		return cmdRestore(args[1:], stdout, stderr)
+	case "update":
+		return cmdUpdate(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "tabcast", version)
 		return 0

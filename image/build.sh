@@ -2,7 +2,9 @@
 # Build the flashable Tabcast appliance image (see image/README.md):
 #   $OUT/tabcast-$VERSION-amd64.img      raw GPT disk, UEFI (systemd-boot)
 #   $OUT/tabcast-$VERSION-amd64.img.zst  the same, zstd-compressed
-#   $OUT/tabcast-$VERSION-amd64.sha256   sha256sum of both
+#   $OUT/tabcast-$VERSION-amd64.tcupdate signed A/B update bundle of the same root
+#                                        file system (`tabcast update apply`)
+#   $OUT/tabcast-$VERSION-amd64.sha256   sha256sum of all three
 # From Debian 12 packages only (mmdebstrap), with no loop devices and no
 # mounts of the image: file systems are made from directories (mkfs.ext4 -d,
 # mkfs.vfat + mtools), the GPT with sfdisk on a file, partitions written
@@ -32,6 +34,12 @@ DATA_MB=${IMAGE_DATA_MB:-256}
 ROOT_B=${IMAGE_ROOT_B:-empty}
 ZSTD_LEVEL=${IMAGE_ZSTD_LEVEL:-6}
 CACHE=${IMAGE_APT_CACHE:-/var/cache/tabcast-image/apt}
+# Update signing key (`tabcast update keygen`): its public half goes into the
+# image as /usr/share/tabcast/update.pub and it signs the .tcupdate bundle.
+# Unset: a DEVELOPMENT key, made once in $OUT/update-signing.key and reused.
+# IMAGE_UPDATE_EXTRA_PUB: a file of more trusted public key lines (rotation).
+UPDATE_KEY=${IMAGE_UPDATE_KEY:-}
+UPDATE_EXTRA_PUB=${IMAGE_UPDATE_EXTRA_PUB:-}
 # Timestamps and ids are fixed so that the same inputs give the same image.
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 1700000000)}
 export SOURCE_DATE_EPOCH
@@ -61,19 +69,25 @@ if [ ${#need[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-# Deterministic GUIDs/UUIDs from the version and a role name.
+# Deterministic GUIDs/UUIDs from a role name and the version (or, with a
+# second argument such as "layout" in place of the version, the same in
+# every version).
 uuid() {
 	local h
-	h=$(printf 'tabcast-image:%s:%s' "$ver" "$1" | sha256sum | cut -c1-32)
+	h=$(printf 'tabcast-image:%s:%s' "${2-$ver}" "$1" | sha256sum | cut -c1-32)
 	# RFC 4122 version 4 / variant 1 bits, so tools accept it as random-looking.
 	printf '%s-%s-4%s-%x%s-%s\n' "${h:0:8}" "${h:8:4}" "${h:13:3}" \
 		$(( (0x${h:16:1} & 0x3) | 0x8 )) "${h:17:3}" "${h:20:12}"
 }
 DISK_UUID=$(uuid disk)
-ESP_UUID=$(uuid esp)
+# The root file system's fstab names the ESP by PARTUUID: it must be the same
+# in every version, or a root file system installed by an A/B update would
+# not find the ESP of a disk flashed with another version (and
+# systemd-bless-boot could not mark its boot entry good).
+ESP_UUID=$(uuid esp layout)
 ROOTA_UUID=$(uuid root-a)
 ROOTB_UUID=$(uuid root-b)
-DATA_UUID=$(uuid data)
+DATA_UUID=$(uuid data layout)
 FS_ROOTA=$(uuid fs-root-a)
 FS_ROOTB=$(uuid fs-root-b)
 FS_DATA=$(uuid fs-data)
@@ -88,6 +102,27 @@ esp=$work/esp
 mkdir -p "$OUT" "$CACHE" "$esp"
 
 start_time=$(date +%s)
+
+# Update signing key and the public keys the image trusts.
+if [ -z "$UPDATE_KEY" ]; then
+	UPDATE_KEY=$OUT/update-signing.key
+	if [ ! -f "$UPDATE_KEY" ]; then
+		"$BIN/tabcast" update keygen --out "$work/devkey" --comment "tabcast DEVELOPMENT key" >/dev/null
+		install -m 0600 "$work/devkey/update-signing.key" "$UPDATE_KEY"
+	fi
+	log "################################################################"
+	log "WARNING: update bundles are signed with a DEVELOPMENT key:"
+	log "  $UPDATE_KEY (not secret in any useful sense)."
+	log "  Release images: IMAGE_UPDATE_KEY=/path/to/update-signing.key"
+	log "################################################################"
+fi
+[ -r "$UPDATE_KEY" ] || die "IMAGE_UPDATE_KEY $UPDATE_KEY not readable"
+"$BIN/tabcast" update pubkey --key "$UPDATE_KEY" >"$work/update.pub" ||
+	die "IMAGE_UPDATE_KEY $UPDATE_KEY is not a signing key (tabcast update keygen)"
+if [ -n "$UPDATE_EXTRA_PUB" ]; then
+	cat "$UPDATE_EXTRA_PUB" >>"$work/update.pub"
+fi
+log "update key $(cut -d' ' -f2- "$work/update.pub" | head -n1); image trusts $(grep -c '^[A-Za-z0-9+/]' "$work/update.pub") key(s)"
 
 components=main
 [ "$NONFREE" = 1 ] && components=main,non-free-firmware,non-free
@@ -110,7 +145,7 @@ fi
 include=$(IFS=,; echo "${pkgs[*]}")
 
 export IMAGE_REPO=$repo IMAGE_BIN=$BIN IMAGE_VERSION=$VERSION IMAGE_ESP_UUID=$ESP_UUID \
-	IMAGE_DATA_UUID=$DATA_UUID
+	IMAGE_DATA_UUID=$DATA_UUID IMAGE_UPDATE_PUB=$work/update.pub
 
 log "mmdebstrap $SUITE ($components) -> rootfs"
 # shellcheck disable=SC2016 # "$1" is expanded by mmdebstrap's hook shell
@@ -140,17 +175,22 @@ fi
 log "kernel $kver"
 
 # The last console= is /dev/console (systemd status): serial, for headless
-# debugging; tty1 shows kernel messages and the panel banner.
-cmdline_common="rw quiet console=tty0 console=ttyS0,115200 systemd.show_status=auto"
+# debugging; tty1 shows kernel messages and the panel banner. panic=30: a
+# kernel panic, or the initramfs not finding the root, reboots (and so burns
+# a boot try) instead of hanging.
+cmdline_common="rw quiet console=tty0 console=ttyS0,115200 systemd.show_status=auto panic=30"
 slots=(a)
 [ "$ROOT_B" = copy ] && slots+=(b)
 mkdir -p "$esp/EFI/BOOT" "$esp/EFI/systemd" "$esp/loader/entries"
 cp "$root/usr/lib/systemd/boot/efi/systemd-bootx64.efi" "$esp/EFI/BOOT/BOOTX64.EFI"
 cp "$root/usr/lib/systemd/boot/efi/systemd-bootx64.efi" "$esp/EFI/systemd/systemd-bootx64.efi"
 cat >"$esp/loader/loader.conf" <<EOF
-# Tabcast appliance. Entries carry boot counters (+tries left): systemd-boot
-# counts down on each try, systemd-bless-boot removes the counter once the
-# system reached boot-complete.target; an entry at +0 is tried last.
+# Tabcast appliance. Entries are tabcast-<generation>-<slot>[+tries].conf,
+# all with sort-key tabcast and version <generation>-<version>: the highest
+# generation boots. systemd-boot counts a new entry's tries down on each
+# boot, systemd-bless-boot removes the counter once the system reached
+# boot-complete.target (tabcast-boot-check.service: /readyz answered); an
+# entry at +0 is "bad" and sorts last, so the other slot boots.
 default tabcast-*
 timeout 0
 editor no
@@ -158,16 +198,18 @@ auto-entries no
 auto-firmware no
 console-mode keep
 EOF
+# Generation 0001 for slot A; a copy in slot B gets 0000 so that A boots
+# first. `tabcast update apply` writes the next generation.
 for s in "${slots[@]}"; do
-	case $s in a) pu=$ROOTA_UUID ;; b) pu=$ROOTB_UUID ;; esac
+	case $s in a) pu=$ROOTA_UUID gen=0001 ;; b) pu=$ROOTB_UUID gen=0000 ;; esac
 	mkdir -p "$esp/tabcast/$s"
 	cp "$root/boot/vmlinuz-$kver" "$esp/tabcast/$s/vmlinuz"
 	cp "$root/boot/initrd.img-$kver" "$esp/tabcast/$s/initrd.img"
 	S=${s^^}
-	cat >"$esp/loader/entries/tabcast-$s+3.conf" <<EOF
+	cat >"$esp/loader/entries/tabcast-$gen-$s+3.conf" <<EOF
 title      Tabcast $VERSION (slot $S)
-version    $VERSION
-sort-key   tabcast-$s
+version    $gen-$ver
+sort-key   tabcast
 linux      /tabcast/$s/vmlinuz
 initrd     /tabcast/$s/initrd.img
 options    root=PARTUUID=$pu $cmdline_common tabcast.slot=$s
@@ -197,6 +239,12 @@ if [ "$ROOT_B" = copy ]; then
 else
 	mkext4 "$work/root-b.ext4" "$ROOT_MB" tabcast-root-b "$FS_ROOTB"
 fi
+# The A/B update bundle: rootA's file system, kernel and initrd, signed.
+log "update bundle $name.tcupdate"
+rm -f "$OUT/$name.tcupdate"
+"$BIN/tabcast" update pack --key "$UPDATE_KEY" --version "$ver" --rootfs "$work/root-a.ext4" \
+	--kernel "$root/boot/vmlinuz-$kver" --initrd "$root/boot/initrd.img-$kver" --out "$OUT/$name.tcupdate" >&2
+"$BIN/tabcast" update verify --pubkey "$work/update.pub" "$OUT/$name.tcupdate" >&2
 # Data: root directory owned by the tabcast user (uid from the image).
 tuid=$(awk -F: '$1 == "tabcast" {print $3}' "$root/etc/passwd")
 tgid=$(awk -F: '$1 == "tabcast" {print $4}' "$root/etc/passwd")
@@ -245,13 +293,14 @@ touch -d "@$SOURCE_DATE_EPOCH" "$img"
 
 log "zstd -$ZSTD_LEVEL"
 zstd -q -T0 "-$ZSTD_LEVEL" -f "$img" -o "$img.zst"
-(cd "$OUT" && sha256sum "$name.img" "$name.img.zst" >"$name.sha256")
+(cd "$OUT" && sha256sum "$name.img" "$name.img.zst" "$name.tcupdate" >"$name.sha256")
 
 elapsed=$(($(date +%s) - start_time))
 raw=$(stat -c %s "$img")
 alloc=$(du -B1 "$img" | cut -f1)
 comp=$(stat -c %s "$img.zst")
+bundle=$(stat -c %s "$OUT/$name.tcupdate")
 log "done in ${elapsed}s"
-printf 'image: %s\n  raw %d MiB (allocated %d MiB), zst %d MiB, rootfs %d MiB, kernel %s\n  build time %ds\n' \
-	"$img" $((raw >> 20)) $((alloc >> 20)) $((comp >> 20)) "$used_mb" "$kver" "$elapsed"
+printf 'image: %s\n  raw %d MiB (allocated %d MiB), zst %d MiB, rootfs %d MiB, kernel %s\n  update bundle %s.tcupdate %d MiB\n  build time %ds\n' \
+	"$img" $((raw >> 20)) $((alloc >> 20)) $((comp >> 20)) "$used_mb" "$kver" "$name" $((bundle >> 20)) "$elapsed"
 printf '%s\n' "$name" >"$OUT/latest-image"

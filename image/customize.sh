@@ -5,7 +5,7 @@
 set -euo pipefail
 root=$1
 here=$(cd "$(dirname "$0")" && pwd)
-: "${IMAGE_BIN:?}" "${IMAGE_VERSION:?}" "${IMAGE_ESP_UUID:?}" "${IMAGE_DATA_UUID:?}"
+: "${IMAGE_BIN:?}" "${IMAGE_VERSION:?}" "${IMAGE_ESP_UUID:?}" "${IMAGE_DATA_UUID:?}" "${IMAGE_UPDATE_PUB:?}"
 log() { printf '[customize] %s\n' "$*" >&2; }
 in_root() { chroot "$root" "$@"; }
 
@@ -21,6 +21,8 @@ done
 ln -sfn ../lib/tabcast/tabcast "$root/usr/bin/tabcast"
 install -D -m 0644 "$here/README.md" "$root/usr/share/doc/tabcast/README.md"
 printf '%s\n' "$IMAGE_VERSION" >"$root/usr/lib/tabcast/VERSION"
+# The keys `tabcast update apply` trusts (build.sh: IMAGE_UPDATE_KEY).
+install -D -m 0644 -o 0 -g 0 "$IMAGE_UPDATE_PUB" "$root/usr/share/tabcast/update.pub"
 
 # Every shared library the binaries need is in the image.
 if in_root ldd /usr/lib/tabcast/encoder-ffmpeg /usr/lib/tabcast/tabcast 2>&1 | grep 'not found'; then
@@ -65,7 +67,7 @@ rm -f "$root/var/lib/systemd/random-seed" "$root/var/lib/systemd/credential.secr
 
 log "units"
 in_root systemctl enable tabcast.service tabcast-firstboot.service tabcast-console.service \
-	nftables.service systemd-networkd.service systemd-resolved.service chrony.service
+	tabcast-boot-check.service nftables.service systemd-networkd.service systemd-resolved.service chrony.service
 in_root systemctl disable ssh.service
 # No login prompt on tty1: the console banner owns it (root is locked).
 in_root systemctl mask getty@tty1.service autovt@tty1.service
@@ -81,6 +83,7 @@ ln -sf ../run/systemd/resolve/stub-resolv.conf "$root/etc/resolv.conf"
 # Unit files are well-formed (warnings only: no running systemd here).
 in_root systemd-analyze verify --man=no /etc/systemd/system/tabcast.service \
 	/etc/systemd/system/tabcast-firstboot.service /etc/systemd/system/tabcast-console.service \
+	/etc/systemd/system/tabcast-boot-check.service \
 	2>&1 | sed 's/^/[customize] systemd-analyze: /' >&2 || true
 
 log "cleanup"

@@ -37,13 +37,15 @@ echo "image-test: $img"
 [ -f "$img" ] || fail "image file $img missing (run make image)"
 [ -f "$img.zst" ] || fail "compressed image $img.zst missing"
 [ -f "$dir/$name.sha256" ] || fail "checksum file $dir/$name.sha256 missing"
-ok "files: .img ($(($(stat -c %s "$img") >> 20)) MiB), .img.zst ($(($(stat -c %s "$img.zst") >> 20)) MiB), .sha256"
+[ -f "$dir/$name.tcupdate" ] || fail "update bundle $dir/$name.tcupdate missing"
+ok "files: .img ($(($(stat -c %s "$img") >> 20)) MiB), .img.zst ($(($(stat -c %s "$img.zst") >> 20)) MiB), .tcupdate ($(($(stat -c %s "$dir/$name.tcupdate") >> 20)) MiB), .sha256"
 
 (cd "$dir" && sha256sum --quiet -c "$name.sha256") || fail "sha256sum -c $name.sha256"
-if ! { grep -q " $name.img\$" "$dir/$name.sha256" && grep -q " $name.img.zst\$" "$dir/$name.sha256"; }; then
-	fail "$name.sha256 does not list both files"
+if ! { grep -q " $name.img\$" "$dir/$name.sha256" && grep -q " $name.img.zst\$" "$dir/$name.sha256" &&
+	grep -q " $name.tcupdate\$" "$dir/$name.sha256"; }; then
+	fail "$name.sha256 does not list .img, .img.zst and .tcupdate"
 fi
-ok "sha256: both files match $name.sha256"
+ok "sha256: .img, .img.zst, .tcupdate match $name.sha256"
 
 # --- partition table -------------------------------------------------------
 sfdisk -J "$img" >"$work/pt.json" || fail "sfdisk -J cannot read a partition table"
@@ -116,7 +118,25 @@ for u in tabcast tabcast-console; do
 done
 exists /etc/systemd/system/local-fs.target.wants/tabcast-firstboot.service symlink
 exists /etc/systemd/system/sysinit.target.wants/nftables.service symlink
-ok "rootA: enabled tabcast, tabcast-console, tabcast-firstboot, nftables"
+exists /etc/systemd/system/boot-complete.target.requires/tabcast-boot-check.service symlink
+dbg "$ROOTA" "cat /etc/systemd/system/tabcast-boot-check.service" >"$work/unit"
+for l in 'Before=boot-complete.target' 'FailureAction=reboot' 'RequiredBy=boot-complete.target'; do
+	grep -qx "$l" "$work/unit" || fail "tabcast-boot-check.service lacks $l"
+done
+grep -q '^ExecStart=/usr/lib/tabcast/tabcast update wait-ready --timeout 5m ' "$work/unit" ||
+	fail "tabcast-boot-check.service does not run tabcast update wait-ready --timeout 5m"
+ok "rootA: enabled tabcast, tabcast-console, tabcast-firstboot, nftables, tabcast-boot-check (boot-complete.target, FailureAction=reboot)"
+exists /usr/share/tabcast/update.pub regular
+dbg "$ROOTA" "cat /usr/share/tabcast/update.pub" >"$work/update.pub"
+grep -q '^[A-Za-z0-9+/]\{43\}= ' "$work/update.pub" || fail "rootA: /usr/share/tabcast/update.pub holds no ed25519 key"
+tc=${BIN:-$repo/bin}/tabcast
+if [ -x "$tc" ]; then
+	"$tc" update verify --pubkey "$work/update.pub" "$dir/$name.tcupdate" >"$work/o" 2>&1 ||
+		fail "$name.tcupdate does not verify with the image's update.pub: $(cat "$work/o")"
+	ok "rootA: /usr/share/tabcast/update.pub ($(grep -c '^[A-Za-z0-9+/]' "$work/update.pub") key(s)); $name.tcupdate verifies with it"
+else
+	ok "rootA: /usr/share/tabcast/update.pub ($(grep -c '^[A-Za-z0-9+/]' "$work/update.pub") key(s)); bundle not verified ($tc missing)"
+fi
 dbg "$ROOTA" "stat /etc/systemd/system/multi-user.target.wants/ssh.service" >"$work/stat" || true
 grep -q 'Type:' "$work/stat" && fail "rootA: ssh.service is enabled"
 dbg "$ROOTA" "ls /etc/ssh" >"$work/o" || true
@@ -170,17 +190,28 @@ for f in ::/EFI/BOOT/BOOTX64.EFI ::/EFI/systemd/systemd-bootx64.efi ::/loader/lo
 	grep -qix "$f" "$work/esp" || fail "ESP: $f missing"
 done
 ok "ESP: EFI/BOOT/BOOTX64.EFI, EFI/systemd/systemd-bootx64.efi, loader/loader.conf, tabcast/a/{vmlinuz,initrd.img}"
-grep -qx '::/loader/entries/tabcast-a+3.conf' "$work/esp" || fail "ESP: loader/entries/tabcast-a+3.conf missing"
-mtype -i "$ESP" '::/loader/entries/tabcast-a+3.conf' >"$work/entry"
-grep -q "root=PARTUUID=$(puuid tabcast-root-a) " "$work/entry" || fail "tabcast-a+3.conf does not boot rootA's PARTUUID"
+entry=tabcast-0001-a+3.conf
+grep -qix "::/loader/entries/$entry" "$work/esp" || fail "ESP: loader/entries/$entry missing"
+mtype -i "$ESP" "::/loader/entries/$entry" >"$work/entry"
+grep -q "root=PARTUUID=$(puuid tabcast-root-a) " "$work/entry" || fail "$entry does not boot rootA's PARTUUID"
+grep -q ' tabcast.slot=a' "$work/entry" || fail "$entry lacks tabcast.slot=a"
+grep -q '^sort-key *tabcast *$' "$work/entry" || fail "$entry: sort-key is not tabcast"
+grep -q '^version *0001-' "$work/entry" || fail "$entry: version is not 0001-<version>"
 for k in linux initrd; do
 	f=$(awk -v k="$k" '$1 == k {print $2}' "$work/entry")
-	grep -qix "::$f" "$work/esp" || fail "tabcast-a+3.conf: $k $f not on the ESP"
+	grep -qix "::$f" "$work/esp" || fail "$entry: $k $f not on the ESP"
 done
-ok "ESP: loader/entries/tabcast-a+3.conf (boot counting), root=PARTUUID of rootA, kernel+initrd present"
+grep -i '^::/loader/entries/.*\.conf$' "$work/esp" >"$work/entries" || true
+grep -iv '/tabcast-[0-9]\{4\}-[ab]+3\.conf$' "$work/entries" >"$work/o" || true
+[ -s "$work/o" ] && fail "ESP: unexpected loader entries: $(tr '\n' ' ' <"$work/o")"
+ok "ESP: loader/entries/$entry (generation 0001, boot counting, sort-key tabcast), root=PARTUUID of rootA, kernel+initrd present"
 mtype -i "$ESP" ::/loader/loader.conf >"$work/o"
 grep -q '^editor no' "$work/o" || fail "loader.conf: editor not disabled"
-ok "ESP: loader.conf: editor no"
+grep -q '^default tabcast-\*' "$work/o" || fail "loader.conf: default is not tabcast-*"
+ok "ESP: loader.conf: default tabcast-*, editor no"
+dbg "$ROOTA" "cat /etc/fstab" >"$work/o"
+grep -q "^PARTUUID=$(puuid esp) */efi " "$work/o" || fail "rootA: fstab does not mount the ESP's PARTUUID at /efi"
+ok "rootA: fstab mounts the ESP (PARTUUID $(puuid esp), the same in every version) at /efi"
 mcopy -n -i "$ESP" ::/EFI/BOOT/BOOTX64.EFI "$work/boot.efi"
 [ "$(head -c 2 "$work/boot.efi")" = MZ ] || fail "BOOTX64.EFI is not a PE binary"
 ok "ESP: BOOTX64.EFI is a PE/COFF binary"
