@@ -45,6 +45,12 @@ in_root chown tabcast:tabcast /var/lib/tabcast
 chmod 0700 "$root/var/lib/tabcast" "$root/efi"
 # The config parses and validates with the image's own binary.
 in_root /usr/lib/tabcast/tabcast config check --config /etc/tabcast/config.yaml >/dev/null
+# The config and local users live on the data partition, which updates never
+# write: the image's /etc/tabcast becomes the defaults tabcast-etc.service
+# seeds /var/lib/tabcast/etc from at first boot, and /etc/tabcast a link.
+mkdir -p "$root/usr/share/tabcast"
+mv "$root/etc/tabcast" "$root/usr/share/tabcast/etc-default"
+ln -s /var/lib/tabcast/etc "$root/etc/tabcast"
 
 log "fstab, hostname, machine-id"
 cat >"$root/etc/fstab" <<EOF
@@ -66,7 +72,7 @@ rm -f "$root"/etc/ssh/ssh_host_*
 rm -f "$root/var/lib/systemd/random-seed" "$root/var/lib/systemd/credential.secret"
 
 log "units"
-in_root systemctl enable tabcast.service tabcast-firstboot.service tabcast-console.service \
+in_root systemctl enable tabcast.service tabcast-etc.service tabcast-firstboot.service tabcast-console.service \
 	tabcast-boot-check.service nftables.service systemd-networkd.service systemd-resolved.service chrony.service
 in_root systemctl disable ssh.service
 # No login prompt on tty1: the console banner owns it (root is locked).
@@ -83,7 +89,7 @@ ln -sf ../run/systemd/resolve/stub-resolv.conf "$root/etc/resolv.conf"
 # Unit files are well-formed (warnings only: no running systemd here).
 in_root systemd-analyze verify --man=no /etc/systemd/system/tabcast.service \
 	/etc/systemd/system/tabcast-firstboot.service /etc/systemd/system/tabcast-console.service \
-	/etc/systemd/system/tabcast-boot-check.service \
+	/etc/systemd/system/tabcast-boot-check.service /etc/systemd/system/tabcast-etc.service \
 	2>&1 | sed 's/^/[customize] systemd-analyze: /' >&2 || true
 
 log "cleanup"

@@ -150,12 +150,19 @@ awk -F: '$2 !~ /^[!*]/ {print $1}' "$work/shadow" >"$work/pw"
 dbg "$ROOTA" "cat /etc/passwd" >"$work/passwd"
 grep -q '^tabcast:' "$work/passwd" || fail "rootA: no tabcast user"
 ok "rootA: root locked, no account has a password, tabcast user exists"
-dbg "$ROOTA" "cat /etc/tabcast/config.yaml" >"$work/cfg"
+exists /etc/tabcast symlink
+dbg "$ROOTA" "stat /etc/tabcast" >"$work/o" || true
+grep -q 'Fast link dest: "/var/lib/tabcast/etc"' "$work/o" ||
+	fail "rootA: /etc/tabcast does not point to /var/lib/tabcast/etc (the data partition)"
+exists /usr/lib/tabcast/libexec/seed-etc regular
+exists /etc/systemd/system/multi-user.target.wants/tabcast-etc.service symlink
+ok "rootA: /etc/tabcast -> /var/lib/tabcast/etc, seeded by tabcast-etc.service"
+dbg "$ROOTA" "cat /usr/share/tabcast/etc-default/config.yaml" >"$work/cfg"
 if ! { grep -q 'listen: ":443"' "$work/cfg" && grep -q 'redirectListen: ":80"' "$work/cfg" &&
 	grep -q 'dir: /usr/lib/tabcast' "$work/cfg"; }; then
-	fail "rootA: /etc/tabcast/config.yaml lacks listen :443 / redirectListen :80 / plugins.dir"
+	fail "rootA: the default config.yaml lacks listen :443 / redirectListen :80 / plugins.dir"
 fi
-ok "rootA: /etc/tabcast/config.yaml (server.listen :443, redirectListen :80, plugins.dir)"
+ok "rootA: /usr/share/tabcast/etc-default/config.yaml (server.listen :443, redirectListen :80, plugins.dir)"
 dbg "$ROOTA" "cat /etc/nftables.conf" >"$work/nft"
 if ! { grep -q 'elements = { 80, 443, 8443, 3478 }' "$work/nft" && grep -q 'elements = { 8443, 3478 }' "$work/nft" &&
 	grep -q 'policy drop' "$work/nft"; }; then
