@@ -38,12 +38,16 @@ const (
 	agentSnaps   = 5
 	agentBurst   = 20
 	agentTarget  = 1.3
-	agentTimeout = 3 * time.Minute
+	agentTimeout = 4 * time.Minute
 	// Pacing keeps the timed agent actions inside the dispatcher's
 	// per-producer budget (burst 16, refill 8/s): a click costs at most two
 	// credits, a fill at most five. The burst row shows the unpaced case.
 	agentClickPace = 260 * time.Millisecond
 	agentFillPace  = 650 * time.Millisecond
+	// The unpaced agent rows send groups that fit in the burst: a click
+	// costs one credit, a fill three; before each group the budget refills.
+	agentHotGroup  = 5
+	agentHotRefill = 2 * time.Second
 )
 
 type agentStep struct {
@@ -109,7 +113,9 @@ func agentBench(parent context.Context) (*agentReport, error) {
 	rep := &agentReport{When: start.UTC(), Target: agentTarget, LargeRows: largeRows, LoadBefore: loadAverage(),
 		Machine: fmt.Sprintf("%s/%s, %d cores", runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
 		Method: "tabcast: wall time of one POST /api/v1/sessions/{id}/agent (HTTPS, keep-alive) until the answer body is read; " +
-			"floor: wall time of the same CDP steps from a plain chromedp client; runs alternate in blocks; agent actions paced to stay inside the input budget"}
+			"floor: wall time of the same CDP steps from a plain chromedp client; runs alternate in blocks; agent actions paced to stay inside the input budget; " +
+			"the floor's steps run back to back, and again (the \"floor paced as tabcast\" rows) after the same idle gaps as the agent's; " +
+			"the \"both back to back\" rows time the agent's steps back to back too, in groups of 5 inside its budget"}
 	err := agentMeasure(ctx, rep)
 	rep.LoadAfter = loadAverage()
 	rep.WallSeconds = r1(time.Since(start).Seconds())
@@ -193,7 +199,7 @@ func agentMeasure(ctx context.Context, rep *agentReport) error {
 	fillReq := func(text string) map[string]any {
 		return map[string]any{"command": "fill", "ref": noteRef, "text": text}
 	}
-	var tcClicks, tcFills, flClicks, flFills, flFocusFills []time.Duration
+	var tcClicks, tcFills, flClicks, flFills, flFocusFills, flPacedClicks, flPacedFills, tcHotClicks, tcHotFills []time.Duration
 	tcCount, flCount := 0, 0
 	pace := newPacer()
 
@@ -244,6 +250,31 @@ func agentMeasure(ctx context.Context, rep *agentReport) error {
 			flClicks = append(flClicks, time.Since(t0))
 			flCount++
 		}
+		// The agent's clicks back to back, as the floor's are (groups inside
+		// the budget), and the floor's after the same idle gap as the
+		// agent's paced ones: an action after a pause costs more than one
+		// right after another, whoever sends it.
+		for i := 0; i < per; i++ {
+			if i%agentHotGroup == 0 {
+				tc.hotStart(ctx)
+			}
+			r, err := tc.do(ctx, clickReq)
+			if err != nil {
+				return fmt.Errorf("tabcast unpaced click: %w", err)
+			}
+			tcHotClicks = append(tcHotClicks, r.took)
+			tcCount++
+		}
+		pace.wait(0)
+		for i := 0; i < per; i++ {
+			pace.wait(agentClickPace)
+			t0 := time.Now()
+			if err := fl.click(ctx, btn); err != nil {
+				return fmt.Errorf("floor paced click: %w", err)
+			}
+			flPacedClicks = append(flPacedClicks, time.Since(t0))
+			flCount++
+		}
 		for i := 0; i < per; i++ {
 			text := fmt.Sprintf("note %d-%d", blk, i)
 			pace.wait(agentFillPace)
@@ -266,6 +297,25 @@ func agentMeasure(ctx context.Context, rep *agentReport) error {
 			}
 			flFocusFills = append(flFocusFills, time.Since(t0))
 		}
+		for i := 0; i < per; i++ {
+			pace.wait(agentFillPace)
+			t0 := time.Now()
+			if err := fl.fill(ctx, note, fmt.Sprintf("note %d-%d", blk, i), false); err != nil {
+				return fmt.Errorf("floor paced fill: %w", err)
+			}
+			flPacedFills = append(flPacedFills, time.Since(t0))
+		}
+		for i := 0; i < per; i++ {
+			if i%agentHotGroup == 0 {
+				tc.hotStart(ctx)
+			}
+			r, err := tc.do(ctx, fillReq(fmt.Sprintf("note %d-%d", blk, i)))
+			if err != nil {
+				return fmt.Errorf("tabcast unpaced fill: %w", err)
+			}
+			tcHotFills = append(tcHotFills, r.took)
+		}
+		pace.wait(0)
 	}
 	lastText := fmt.Sprintf("note %d-%d", agentBlocks-1, per-1)
 
@@ -300,9 +350,13 @@ func agentMeasure(ctx context.Context, rep *agentReport) error {
 
 	rep.Steps = append(rep.Steps,
 		agentRow("click by ref", tcClicks, flClicks, "DOM.scrollIntoViewIfNeeded + DOM.getBoxModel + Input.dispatchMouseEvent pressed/released at the centre"),
-		agentRow("fill", tcFills, flFills, "click as above (focuses) + Ctrl+A (selectAll) down/up + Backspace down/up + Input.insertText"),
-		agentRow("fill, floor focusing with DOM.focus", tcFills, flFocusFills, "DOM.focus + Ctrl+A down/up + Backspace down/up + Input.insertText"),
+		agentRow("fill", tcFills, flFills, "click as above (focuses) + Ctrl+A (selectAll) down/up + Input.insertText over the selection"),
+		agentRow("fill, floor focusing with DOM.focus", tcFills, flFocusFills, "DOM.focus + Ctrl+A down/up + Input.insertText over the selection"),
 		agentRow(fmt.Sprintf("fill, back-to-back ×%d (unpaced)", agentBurst), tcBurst, flBurst, "as fill, no pacing"),
+		agentRow("click by ref, floor paced as tabcast", tcClicks, flPacedClicks, "as click by ref, each after the same idle gap as tabcast's clicks"),
+		agentRow("fill, floor paced as tabcast", tcFills, flPacedFills, "as fill, each after the same idle gap as tabcast's fills"),
+		agentRow(fmt.Sprintf("click by ref, both back to back (tabcast ×%d)", agentHotGroup), tcHotClicks, flClicks, "as click by ref; tabcast's in groups of 5 inside the budget"),
+		agentRow(fmt.Sprintf("fill, both back to back (tabcast ×%d)", agentHotGroup), tcHotFills, flFills, "as fill; tabcast's in groups of 5 inside the budget"),
 	)
 
 	// Snapshots of the large page.
@@ -490,6 +544,14 @@ func (c *agentClient) do(ctx context.Context, req map[string]any) (*agentAnswer,
 	return &r, nil
 }
 
+// hotStart starts a group of back-to-back agent actions: it lets the
+// budget refill, then sends an untimed read (no budget), so that the
+// group's first action does not come after an idle gap either.
+func (c *agentClient) hotStart(ctx context.Context) {
+	time.Sleep(agentHotRefill)
+	_, _ = c.do(ctx, map[string]any{"command": "get", "what": "title"})
+}
+
 func (c *agentClient) getText(ctx context.Context, sel, what string) string {
 	r, err := c.do(ctx, map[string]any{"command": "get", "what": what, "selector": sel})
 	if err != nil {
@@ -669,7 +731,8 @@ func (f *floorClient) click(ctx context.Context, id cdp.BackendNodeID) error {
 }
 
 // fill: focus the field (a click at its centre, as the agent's fill does,
-// or DOM.focus), select all, delete, insert the text.
+// or DOM.focus), select all, then insert the text over the selection (or,
+// for no text, delete it), as the agent's fill does.
 func (f *floorClient) fill(ctx context.Context, id cdp.BackendNodeID, text string, domFocus bool) error {
 	if !domFocus {
 		if err := f.click(ctx, id); err != nil {
@@ -683,15 +746,22 @@ func (f *floorClient) fill(ctx context.Context, id cdp.BackendNodeID, text strin
 			return err
 		}
 	}
-	for _, k := range []input.DispatchKeyEventParams{
+	keys := []input.DispatchKeyEventParams{
 		{Type: input.DispatchKeyEventTypeRawKeyDown, Modifiers: 2, Key: "a", Code: "KeyA", WindowsVirtualKeyCode: 65, NativeVirtualKeyCode: 65, Commands: []string{"selectAll"}},
 		{Type: input.DispatchKeyEventTypeKeyUp, Modifiers: 2, Key: "a", Code: "KeyA", WindowsVirtualKeyCode: 65, NativeVirtualKeyCode: 65},
-		{Type: input.DispatchKeyEventTypeRawKeyDown, Key: "Backspace", Code: "Backspace", WindowsVirtualKeyCode: 8, NativeVirtualKeyCode: 8},
-		{Type: input.DispatchKeyEventTypeKeyUp, Key: "Backspace", Code: "Backspace", WindowsVirtualKeyCode: 8, NativeVirtualKeyCode: 8},
-	} {
+	}
+	if text == "" {
+		keys = append(keys,
+			input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeRawKeyDown, Key: "Backspace", Code: "Backspace", WindowsVirtualKeyCode: 8, NativeVirtualKeyCode: 8},
+			input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyUp, Key: "Backspace", Code: "Backspace", WindowsVirtualKeyCode: 8, NativeVirtualKeyCode: 8})
+	}
+	for _, k := range keys {
 		if _, err := chromedp.Call(c, input.DispatchKeyEvent, k); err != nil {
 			return err
 		}
+	}
+	if text == "" {
+		return nil
 	}
 	_, err := chromedp.Call(c, input.InsertText, input.InsertTextParams{Text: text})
 	return err

@@ -73,6 +73,8 @@ type Request struct {
 	// tabs switch/close: the tab's index in the list or its id.
 	Index *int   `json:"index,omitempty"`
 	TabID string `json:"tabId,omitempty"`
+	// tabs new: open the tab without switching to it.
+	Background bool `json:"background,omitempty"`
 	// cookies set: the cookie; cookies get: name/domain filter it.
 	Cookie *CookieInput `json:"cookie,omitempty"`
 	// storage: local or session; the item is Key (and Value to set).
@@ -170,24 +172,26 @@ func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 		return res, el.Focus(ctx)
 	case "fill":
 		// A real click focuses the field (as a person would), then the
-		// keyboard selects all, deletes and types: every input and change
-		// event the page listens to fires.
+		// keyboard selects all and the text replaces the selection (or
+		// Backspace deletes it, to fill with nothing): every input and
+		// change event the page listens to fires.
 		rev, what, err := d.click(ctx, r, 1)
 		if err != nil {
 			return nil, err
 		}
-		for _, a := range []action.Action{
+		acts := []action.Action{
 			{Kind: action.KeyDown, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl},
 			{Kind: action.KeyUp, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl},
-			{Kind: action.KeyDown, Key: "Backspace", Code: "Backspace"},
-			{Kind: action.KeyUp, Key: "Backspace", Code: "Backspace"},
-		} {
-			if rev, _, err = d.submit(ctx, a); err != nil {
-				return nil, err
-			}
 		}
 		if r.Text != "" {
-			if rev, _, err = d.submit(ctx, action.Action{Kind: action.TextInsert, Text: r.Text}); err != nil {
+			acts = append(acts, action.Action{Kind: action.TextInsert, Text: r.Text})
+		} else {
+			acts = append(acts,
+				action.Action{Kind: action.KeyDown, Key: "Backspace", Code: "Backspace"},
+				action.Action{Kind: action.KeyUp, Key: "Backspace", Code: "Backspace"})
+		}
+		for _, a := range acts {
+			if rev, _, err = d.submit(ctx, a); err != nil {
 				return nil, err
 			}
 		}
@@ -374,7 +378,18 @@ func (d *driver) point(ctx context.Context, r Request) (float64, float64, string
 		}
 		return *r.X, *r.Y, fmt.Sprintf("(%.0f, %.0f)", *r.X, *r.Y), nil
 	}
-	el, what, err := d.element(ctx, r)
+	var el *snapshot.Element
+	var what string
+	var err error
+	if r.Ref != "" {
+		// ClickPoint's first call fails with stale_ref on a node that is
+		// gone or detached: checking it here as well would cost a round trip.
+		ref := strings.TrimPrefix(r.Ref, "@")
+		what = "@" + ref
+		el, err = d.sv.snap.Lookup(d.page(ctx), ref, int64(d.p.PageRevision()))
+	} else {
+		el, what, err = d.element(ctx, r)
+	}
 	if err != nil {
 		return 0, 0, "", err
 	}

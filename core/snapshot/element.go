@@ -3,9 +3,12 @@ package snapshot
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,11 +71,7 @@ func (e *Element) object(ctx context.Context, group string) (runtime.RemoteObjec
 // checking that the element is connected, and decodes its JSON result.
 func (e *Element) call(ctx context.Context, fn string, out any, args ...runtime.RemoteObjectID) error {
 	group := "tabcast-snapshot-" + strconv.FormatInt(groupSeq.Add(1), 10)
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-		_, _ = cdp.Call(rctx, e.Session, runtime.ReleaseObjectGroup, runtime.ReleaseObjectGroupParams{ObjectGroup: group})
-	}()
+	defer releaseGroup(ctx, e.Session, group)
 	obj, err := e.object(ctx, group)
 	if err != nil {
 		return err
@@ -115,6 +114,18 @@ func (e *Element) call(ctx context.Context, fn string, out any, args ...runtime.
 }
 
 const releaseTimeout = 2 * time.Second
+
+// releaseGroup releases an object group without waiting for the answer:
+// nothing after it depends on it, and waiting cost every element operation
+// (every click) one more round trip.
+func releaseGroup(ctx context.Context, s cdp.Session, group string) {
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+		defer cancel()
+		_, _ = cdp.Call(rctx, s, runtime.ReleaseObjectGroup, runtime.ReleaseObjectGroupParams{ObjectGroup: group})
+	}()
+}
 
 // check fails with CodeStaleRef unless the element is in its document.
 func (e *Element) check(ctx context.Context) error {
@@ -297,36 +308,87 @@ func ClickPoint(ctx context.Context, e *Element) (x, y float64, err error) {
 	if e.frame == nil || e.frame.parent == nil {
 		return clickPointMain(ctx, e)
 	}
-	if err := e.check(ctx); err != nil {
-		return 0, 0, err
+	var owners []*frameInfo // the OOPIFs on the way up, innermost first
+	root := e.frame
+	for f := e.frame; f != nil && f.parent != nil; f = f.parent {
+		if f.oopif() {
+			owners = append(owners, f)
+		}
+		root = f.parent
+	}
+	// Where the element and its iframes are before any scroll (read side by
+	// side: they are independent), to know whether scrolling moved them.
+	var vis bool
+	var visErr error
+	quads := func() ([]dom.Quad, error) {
+		qs, err := cdp.Call(ctx, e.Session, dom.GetContentQuads, dom.GetContentQuadsParams{BackendNodeID: e.BackendNodeID})
+		return qs.Quads, err
+	}
+	boxes := make([]dom.Quad, len(owners))
+	readBoxes := func() func() error {
+		errs := make([]error, len(owners))
+		fns := make([]func(), len(owners))
+		for i, f := range owners {
+			fns[i] = func() {
+				bm, err := cdp.Call(ctx, f.parent.sess, dom.GetBoxModel, dom.GetBoxModelParams{BackendNodeID: f.owner})
+				if err == nil && (bm.Model == nil || len(bm.Model.Content) < 2) {
+					err = errors.New("no content box")
+				}
+				if err != nil {
+					errs[i] = newErr(CodeNotVisible, "the iframe holding the element is not rendered", "iframe of frame %s has no box: %v", f.id, err)
+					return
+				}
+				boxes[i] = bm.Model.Content
+			}
+		}
+		return func() error { parallel(fns...); return errors.Join(errs...) }
+	}
+	var q0 []dom.Quad
+	var q0Err, b0Err error
+	var b0 []dom.Quad
+	parallel(
+		func() { visErr = e.call(ctx, visibleJS, &vis) }, // also the stale check
+		func() { q0, q0Err = quads() },
+		func() { b0Err = readBoxes()(); b0 = append([]dom.Quad(nil), boxes...) },
+	)
+	if visErr != nil {
+		return 0, 0, visErr
+	}
+	if !vis {
+		return 0, 0, newErr(CodeNotVisible, "the element is hidden by CSS", "%s is not visible", e.label())
 	}
 	if _, err := cdp.Call(ctx, e.Session, dom.ScrollIntoViewIfNeeded, dom.ScrollIntoViewIfNeededParams{BackendNodeID: e.BackendNodeID}); err != nil {
 		return 0, 0, newErr(CodeNotVisible, "the element is not rendered (display:none?)", "%s cannot be scrolled into view: %v", e.label(), err)
 	}
-	root := e.frame
-	for f := e.frame; f != nil && f.parent != nil; f = f.parent {
-		if f.oopif() {
-			_, _ = cdp.Call(ctx, f.parent.sess, dom.ScrollIntoViewIfNeeded, dom.ScrollIntoViewIfNeededParams{BackendNodeID: f.owner})
-		}
-		root = f.parent
+	for _, f := range owners {
+		_, _ = cdp.Call(ctx, f.parent.sess, dom.ScrollIntoViewIfNeeded, dom.ScrollIntoViewIfNeededParams{BackendNodeID: f.owner})
 	}
-	// The browser routes input to an out-of-process frame by the hit-test
-	// regions of the last composited frame: after a scroll, wait for two
-	// frames of the page or the click lands where the iframe was (measured:
-	// 3 clicks in 8 missed without this).
-	yes := true
-	_, _ = cdp.Call(ctx, root.sess, runtime.Evaluate, runtime.EvaluateParams{
-		Expression:   "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))",
-		AwaitPromise: &yes,
-	})
-	qs, err := cdp.Call(ctx, e.Session, dom.GetContentQuads, dom.GetContentQuadsParams{BackendNodeID: e.BackendNodeID})
-	if err != nil {
-		return 0, 0, newErr(CodeNotVisible, "the element is not rendered", "%s has no layout: %v", e.label(), err)
+	var q []dom.Quad
+	var qErr, bErr error
+	parallel(func() { q, qErr = quads() }, func() { bErr = readBoxes()() })
+	if q0Err != nil || b0Err != nil || !sameQuads(q0, q) || !sameQuads(b0, boxes) {
+		// The browser routes input to an out-of-process frame by the
+		// hit-test regions of the last composited frame: after a scroll,
+		// wait for two frames of the page or the click lands where the
+		// iframe was (measured: 3 clicks in 8 missed without this). Without
+		// a scroll there is nothing to wait for.
+		yes := true
+		_, _ = cdp.Call(ctx, root.sess, runtime.Evaluate, runtime.EvaluateParams{
+			Expression:   "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))",
+			AwaitPromise: &yes,
+		})
+		parallel(func() { q, qErr = quads() }, func() { bErr = readBoxes()() })
+	}
+	if qErr != nil {
+		return 0, 0, newErr(CodeNotVisible, "the element is not rendered", "%s has no layout: %v", e.label(), qErr)
+	}
+	if bErr != nil {
+		return 0, 0, bErr
 	}
 	var best dom.Quad
-	for _, q := range qs.Quads {
-		if quadArea(q) > quadArea(best) {
-			best = q
+	for _, c := range q {
+		if quadArea(c) > quadArea(best) {
+			best = c
 		}
 	}
 	if quadArea(best) < 1 {
@@ -336,33 +398,55 @@ func ClickPoint(ctx context.Context, e *Element) (x, y float64, err error) {
 		x += best[2*i] / 4
 		y += best[2*i+1] / 4
 	}
-	var vis bool
-	if err := e.call(ctx, visibleJS, &vis); err != nil {
-		return 0, 0, err
-	}
-	if !vis {
-		return 0, 0, newErr(CodeNotVisible, "the element is hidden by CSS", "%s is not visible", e.label())
-	}
-	if err := hitTest(ctx, e, x, y); err != nil {
-		return 0, 0, err
-	}
-	// Translate through OOPIF owners, checking each owner is hit.
-	for f := e.frame; f != nil && f.parent != nil; f = f.parent {
-		if !f.oopif() {
-			continue
-		}
-		bm, err := cdp.Call(ctx, f.parent.sess, dom.GetBoxModel, dom.GetBoxModelParams{BackendNodeID: f.owner})
-		if err != nil || bm.Model == nil || len(bm.Model.Content) < 2 {
-			return 0, 0, newErr(CodeNotVisible, "the iframe holding the element is not rendered", "iframe of frame %s has no box", f.id)
-		}
-		x += bm.Model.Content[0]
-		y += bm.Model.Content[1]
+	// Hit-test the point in the element's document and, translated, at
+	// each OOPIF owner on the way up: independent calls, run side by side;
+	// the innermost failure is reported.
+	errs := make([]error, 1+len(owners))
+	ex, ey := x, y
+	fns := []func(){func() { errs[0] = hitTest(ctx, e, ex, ey) }}
+	for i, f := range owners {
+		x += boxes[i][0]
+		y += boxes[i][1]
 		owner := &Element{Ref: e.Ref, BackendNodeID: f.owner, FrameID: f.parent.id, Session: f.parent.sess, frame: f.parent}
-		if err := hitTest(ctx, owner, x, y); err != nil {
+		hx, hy := x, y
+		fns = append(fns, func() { errs[i+1] = hitTest(ctx, owner, hx, hy) })
+	}
+	parallel(fns...)
+	for _, err := range errs {
+		if err != nil {
 			return 0, 0, err
 		}
 	}
 	return x, y, nil
+}
+
+// parallel runs fns side by side and returns when all have.
+func parallel(fns ...func()) {
+	if len(fns) == 1 {
+		fns[0]()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(len(fns))
+	for _, fn := range fns {
+		go func() {
+			defer wg.Done()
+			fn()
+		}()
+	}
+	wg.Wait()
+}
+
+func sameQuads(a, b []dom.Quad) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !slices.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // documentObject is the main document of the session's target. (Not
@@ -409,12 +493,11 @@ const hitJS = `function(x, y) {
 // (DOM.getNodeForLocation is not used: it misses nodes after a scroll that
 // an out-of-process iframe caused.)
 func hitTest(ctx context.Context, e *Element, x, y float64) error {
+	if e.frame == nil || e.frame.parent == nil || e.frame.oopif() {
+		return hitTestRoot(ctx, e, x, y)
+	}
 	group := "tabcast-snapshot-hit-" + strconv.FormatInt(groupSeq.Add(1), 10)
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-		_, _ = cdp.Call(rctx, e.Session, runtime.ReleaseObjectGroup, runtime.ReleaseObjectGroupParams{ObjectGroup: group})
-	}()
+	defer releaseGroup(ctx, e.Session, group)
 	docObj, err := documentObject(ctx, e.Session, group)
 	if err != nil {
 		return fmt.Errorf("snapshot: hit test: %w", err)
@@ -478,27 +561,66 @@ func hitTest(ctx context.Context, e *Element, x, y float64) error {
 	return nil
 }
 
+// hitTestRoot is hitTest for an element of its local root's own document:
+// one call on the element (hitJS from its document, then the same checks),
+// where hitTest needs three to five round trips.
+func hitTestRoot(ctx context.Context, e *Element, x, y float64) error {
+	xs, _ := json.Marshal(x)
+	ys, _ := json.Marshal(y)
+	var r struct {
+		Code string `json:"code"`
+		Hit  string `json:"hit"`
+	}
+	err := e.call(ctx, `function(){
+		const n = (`+hitJS+`).call(this.ownerDocument, `+string(xs)+`, `+string(ys)+`);
+		if (!n) return {code: "none"};
+		for (let c = n; c; c = c.parentNode || c.host) { if (c === this) return {code: ""}; }
+		const l = n.closest ? n.closest("label") : null;
+		if (l && l.control === this) return {code: ""};
+		let d = n.nodeName ? n.nodeName.toLowerCase() : "?";
+		if (n.id) d += "#" + n.id;
+		return {code: "obscured", hit: d};
+	}`, &r)
+	switch {
+	case err != nil:
+		return err
+	case r.Code == "none":
+		return newErr(CodeNotVisible, "scroll the element into the viewport or enlarge the viewport", "%s: nothing at (%.0f, %.0f)", e.label(), x, y)
+	case r.Code != "":
+		return newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered by <%s> at (%.0f, %.0f)", e.label(), r.Hit, x, y)
+	}
+	return nil
+}
+
 // clickPointJS does for an element of the main document, in one call, what
-// ClickPoint does step by step for frames: scroll it into view, take the
-// centre of its largest box, check it is visible and that a hit test there
-// lands on it (or a descendant, or its label).
+// ClickPoint does step by step for frames: take the centre of its largest
+// box, check it is visible and that a hit test there lands on it (or a
+// descendant, or its label). Only when that fails is the element scrolled
+// to the centre of the view, instantly (a page's scroll-behavior: smooth
+// would leave it still on its way), and measured again; an element already
+// there is not scrolled.
 const clickPointJS = `function() {
-	if (this.scrollIntoViewIfNeeded) this.scrollIntoViewIfNeeded(true); else this.scrollIntoView({block: "center", inline: "center"});
-	let best = null, area = 0;
-	for (const r of this.getClientRects()) { const a = r.width * r.height; if (a > area) { area = a; best = r; } }
-	if (!best || area < 1) return {code: "not_visible", why: "an empty box"};
-	const vis = this.checkVisibility ? this.checkVisibility({checkOpacity: true, checkVisibilityCSS: true}) : true;
-	if (!vis) return {code: "hidden", why: "hidden by CSS"};
-	const x = best.left + best.width / 2, y = best.top + best.height / 2;
-	let n = this.ownerDocument.elementFromPoint(x, y);
-	for (let j = 0; j < 32 && n && n.shadowRoot; j++) { const inner = n.shadowRoot.elementFromPoint(x, y); if (!inner || inner === n) break; n = inner; }
-	if (!n) return {code: "not_visible", why: "nothing at its centre", x, y};
-	for (let c = n; c; c = c.parentNode || c.host) { if (c === this) return {code: "", x, y}; }
-	const l = n.closest ? n.closest("label") : null;
-	if (l && l.control === this) return {code: "", x, y};
-	let d = n.nodeName ? n.nodeName.toLowerCase() : "?";
-	if (n.id) d += "#" + n.id;
-	return {code: "obscured", why: d, x, y};
+	const at = () => {
+		let best = null, area = 0;
+		for (const r of this.getClientRects()) { const a = r.width * r.height; if (a > area) { area = a; best = r; } }
+		if (!best || area < 1) return {code: "not_visible", why: "an empty box"};
+		const x = best.left + best.width / 2, y = best.top + best.height / 2;
+		let n = this.ownerDocument.elementFromPoint(x, y);
+		for (let j = 0; j < 32 && n && n.shadowRoot; j++) { const inner = n.shadowRoot.elementFromPoint(x, y); if (!inner || inner === n) break; n = inner; }
+		if (!n) return {code: "not_visible", why: "nothing at its centre", x, y};
+		for (let c = n; c; c = c.parentNode || c.host) { if (c === this) return {code: "", x, y}; }
+		const l = n.closest ? n.closest("label") : null;
+		if (l && l.control === this) return {code: "", x, y};
+		let d = n.nodeName ? n.nodeName.toLowerCase() : "?";
+		if (n.id) d += "#" + n.id;
+		return {code: "obscured", why: d, x, y};
+	};
+	let r = at();
+	if (r.code === "not_visible" && !("x" in r)) return r;
+	if (this.checkVisibility && !this.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})) return {code: "hidden", why: "hidden by CSS"};
+	if (r.code === "") return r;
+	this.scrollIntoView({block: "center", inline: "center", behavior: "instant"});
+	return at();
 }`
 
 func clickPointMain(ctx context.Context, e *Element) (float64, float64, error) {
@@ -528,11 +650,7 @@ func querySelector(ctx context.Context, f *frameInfo, sel string, unique bool) (
 	selJS, _ := json.Marshal(sel)
 	expr := `(() => { const l = document.querySelectorAll(` + string(selJS) + `); return l.length === 0 ? 0 : (` + strconv.FormatBool(unique) + ` && l.length > 1 ? l.length : l[0]); })()`
 	group := "tabcast-snapshot-q-" + strconv.FormatInt(groupSeq.Add(1), 10)
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-		_, _ = cdp.Call(rctx, f.sess, runtime.ReleaseObjectGroup, runtime.ReleaseObjectGroupParams{ObjectGroup: group})
-	}()
+	defer releaseGroup(ctx, f.sess, group)
 	r, err := cdp.Call(ctx, f.sess, runtime.Evaluate, runtime.EvaluateParams{Expression: expr, ObjectGroup: group})
 	if err != nil {
 		return nil, 0, fmt.Errorf("snapshot: query %q: %w", sel, err)
@@ -595,11 +713,7 @@ func ResolveRole(ctx context.Context, p Page, role, name string) (*Element, erro
 		return nil, err
 	}
 	group := "tabcast-snapshot-role-" + strconv.FormatInt(groupSeq.Add(1), 10)
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-		_, _ = cdp.Call(rctx, f.sess, runtime.ReleaseObjectGroup, runtime.ReleaseObjectGroupParams{ObjectGroup: group})
-	}()
+	defer releaseGroup(ctx, f.sess, group)
 	doc, err := documentObject(ctx, f.sess, group)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)

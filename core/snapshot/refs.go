@@ -8,6 +8,19 @@ import (
 
 // Resolve resolves a ref of this snapshot: see Refs.Resolve.
 func (s *Snapshot) Resolve(ctx context.Context, ref string, currentRevision int64) (*Element, error) {
+	el, err := s.lookup(ref, currentRevision)
+	if err != nil {
+		return nil, err
+	}
+	if err := el.check(ctx); err != nil {
+		return nil, err
+	}
+	return el, nil
+}
+
+// lookup is Resolve without the check that the node is still in its
+// document (no CDP call).
+func (s *Snapshot) lookup(ref string, currentRevision int64) (*Element, error) {
 	if s == nil {
 		return nil, staleRef(ref, "no snapshot was taken", nil)
 	}
@@ -21,11 +34,7 @@ func (s *Snapshot) Resolve(ctx context.Context, ref string, currentRevision int6
 	if e.rev != currentRevision {
 		return nil, staleRef(ref, "the page navigated since the snapshot (revision "+strconv.FormatInt(e.rev, 10)+" → "+strconv.FormatInt(currentRevision, 10)+")", nil)
 	}
-	el := &Element{Ref: ref, BackendNodeID: e.backend, FrameID: e.frame.id, Session: e.frame.sess, frame: e.frame}
-	if err := el.check(ctx); err != nil {
-		return nil, err
-	}
-	return el, nil
+	return &Element{Ref: ref, BackendNodeID: e.backend, FrameID: e.frame.id, Session: e.frame.sess, frame: e.frame}, nil
 }
 
 func validRef(ref string) bool {
@@ -97,6 +106,14 @@ func (r *Refs) Resolve(ctx context.Context, ref string, currentRevision int64) (
 	return r.Latest().Resolve(ctx, trimAt(ref), currentRevision)
 }
 
+// Lookup is Resolve without checking that the node is still in its
+// document, saving a round trip for a caller whose next operation checks
+// it anyway: every Element method and ClickPoint fail with CodeStaleRef
+// on a node that is gone or detached, before they act.
+func (r *Refs) Lookup(ref string, currentRevision int64) (*Element, error) {
+	return r.Latest().lookup(trimAt(ref), currentRevision)
+}
+
 // Snapshotter holds a Refs per page (keyed by target id). Call Forget when
 // a page closes.
 type Snapshotter struct {
@@ -131,6 +148,12 @@ func (s *Snapshotter) Take(ctx context.Context, p Page, o Options) (*Snapshot, e
 // Resolve resolves ref against p's latest snapshot.
 func (s *Snapshotter) Resolve(ctx context.Context, p Page, ref string, currentRevision int64) (*Element, error) {
 	return s.Refs(p).Resolve(ctx, ref, currentRevision)
+}
+
+// Lookup looks ref up in p's latest snapshot without a CDP call: see
+// Refs.Lookup.
+func (s *Snapshotter) Lookup(p Page, ref string, currentRevision int64) (*Element, error) {
+	return s.Refs(p).Lookup(ref, currentRevision)
 }
 
 // Forget drops p's table.

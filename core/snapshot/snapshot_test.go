@@ -262,6 +262,15 @@ func TestStaleRefAfterRerender(t *testing.T) {
 	// A handle resolved before the re-render is stale too.
 	_, _, err = ClickPoint(ctx, held)
 	wantCode(t, err, CodeStaleRef)
+	// Lookup skips the check, and ClickPoint still refuses the old node.
+	looked, err := sn.Lookup(p, ref, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = ClickPoint(ctx, looked)
+	wantCode(t, err, CodeStaleRef)
+	_, err = sn.Lookup(p, ref, 8)
+	wantCode(t, err, CodeStaleRef)
 	if _, err := held.Text(ctx); CodeOf(err) != CodeStaleRef {
 		t.Fatalf("Text on re-rendered element: want stale_ref, got %v", err)
 	}
@@ -290,6 +299,46 @@ func TestStaleRefAfterRerender(t *testing.T) {
 	// A page revision change makes every ref stale, even of a live element.
 	_, err = sn.Resolve(ctx, p, ref2, 8)
 	wantCode(t, err, CodeStaleRef)
+}
+
+// TestClickPointScrolling: an element out of view is scrolled to and
+// clicked even when the page scrolls smoothly (the point must be where the
+// element is once the scroll is over); one that is already clickable is
+// not scrolled; one inside a scrolled box is brought into view.
+func TestClickPointScrolling(t *testing.T) {
+	ctx := testCtx(t)
+	srv := serve(t, map[string]string{"/": `<!doctype html><title>Scroll</title>
+<style>html{scroll-behavior:smooth} div.box{scroll-behavior:smooth}</style>
+<body style="margin:0"><script>window.clicks = [];</script>
+<button onclick="clicks.push('near')" style="margin:20px">Near</button>
+<div class="box" style="height:100px;overflow:auto"><div style="height:600px"></div>
+<button onclick="clicks.push('inner')">Inner</button></div>
+<div style="height:3000px"></div>
+<button onclick="clicks.push('far')">Far</button>
+<div style="height:3000px"></div>`})
+	p := newPage(t, ctx, srv.URL+"/")
+	var refs Refs
+	s, err := refs.Take(ctx, p, Options{Revision: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clickRef(t, ctx, p, &refs, refOf(t, s, "button", "Near"), 1)
+	if n := evalInt(t, ctx, p.Target(), "scrollY"); n != 0 {
+		t.Fatalf("clicking a button in view scrolled the page to %d", n)
+	}
+	clickRef(t, ctx, p, &refs, refOf(t, s, "button", "Far"), 1)
+	if n := evalInt(t, ctx, p.Target(), "scrollY"); n < 2000 {
+		t.Fatalf("scrollY = %d after clicking the far button", n)
+	}
+	clickRef(t, ctx, p, &refs, refOf(t, s, "button", "Inner"), 1)
+	if n := evalInt(t, ctx, p.Target(), "document.querySelector('.box').scrollTop"); n == 0 {
+		t.Fatal("the box was not scrolled to its button")
+	}
+	if got := evalInt(t, ctx, p.Target(), `clicks.join() === "near,far,inner" ? 1 : 0`); got != 1 {
+		var log string
+		_ = p.Evaluate(ctx, "clicks.join()", &log)
+		t.Fatalf("clicks %q, want near,far,inner", log)
+	}
 }
 
 const innerPage = `<!doctype html><title>inner</title><body style="margin:0">
@@ -367,6 +416,17 @@ func TestIframesSameOriginAndOOPIF(t *testing.T) {
 	if n := evalInt(t, ctx, crossEl.Session, "window.clicks.length"); n != 1 {
 		t.Fatalf("cross frame clicks = %d, want 1", n)
 	}
+	// Now in view: nothing scrolls (and nothing waits for frames); the
+	// click still lands.
+	before := evalInt(t, ctx, p.Target(), "scrollY")
+	clickRef(t, ctx, p, &refs, crossRef, 1)
+	if n := evalInt(t, ctx, crossEl.Session, "window.clicks.length"); n != 2 {
+		t.Fatalf("cross frame clicks = %d after a click in view, want 2", n)
+	}
+	if n := evalInt(t, ctx, p.Target(), "scrollY"); n != before {
+		t.Fatalf("a click in view scrolled the page from %d to %d", before, n)
+	}
+	evalInt(t, ctx, crossEl.Session, "(window.clicks = [1]).length")
 	if n := evalInt(t, ctx, p.Target(), "document.getElementById('same').contentWindow.clicks.length"); n != 0 {
 		t.Fatalf("same frame clicks = %d before its click, want 0", n)
 	}
@@ -388,6 +448,18 @@ func TestIframesSameOriginAndOOPIF(t *testing.T) {
 	}
 	if x < box.X || x > box.X+box.Width || y < box.Y || y > box.Y+box.Height {
 		t.Fatalf("click point (%v,%v) outside box %+v", x, y, box)
+	}
+	// Covered inside its frame, or its iframe covered in the page: obscured.
+	cover := `(() => { const d = document.createElement("div"); d.id = "cover";
+		d.style.cssText = "position:fixed;left:0;top:0;width:100vw;height:100vh;z-index:9"; document.body.append(d); return 1; })()`
+	for _, sess := range []cdp.Session{crossEl.Session, p.Target()} {
+		evalInt(t, ctx, sess, cover)
+		_, _, err = ClickPoint(ctx, crossEl)
+		wantCode(t, err, CodeObscured)
+		evalInt(t, ctx, sess, `(document.getElementById("cover").remove(), 1)`)
+	}
+	if _, _, err := ClickPoint(ctx, crossEl); err != nil {
+		t.Fatalf("uncovered: %v", err)
 	}
 
 	// Boxes: the snapshot geometry agrees with Element.Box in every frame.
