@@ -249,6 +249,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		Input:         inputPolicy(cfg, selfAddr),
 		IdleReclaim:   cfg.Sessions.IdleReclaim,
 		InputIdleWarn: cfg.Sessions.InputIdleWarn, InputIdleReclaim: cfg.Sessions.InputIdleReclaim,
+		PopupsInBackground: cfg.Sessions.PopupsInBackground,
 		// After a Chromium crash the next new session launches a fresh one.
 		Launch: func(ctx context.Context) (session.Browser, error) { return browser.Launch(ctx, bopts) },
 		// Persistent profiles live in the data dir, one Chromium each.

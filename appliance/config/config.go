@@ -112,6 +112,9 @@ type Sessions struct {
 	InputIdleReclaim time.Duration `koanf:"inputIdleReclaim"`
 	// DefaultOwner owns the session opened at start.
 	DefaultOwner string `koanf:"defaultOwner"`
+	// PopupsInBackground: a tab the current page opens (target=_blank,
+	// window.open) stays in the background instead of being followed.
+	PopupsInBackground bool `koanf:"popupsInBackground"`
 }
 
 // Video is the encoded stream.

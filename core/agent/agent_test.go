@@ -44,10 +44,12 @@ for (const id of ['one', 'many']) document.getElementById(id).addEventListener('
 	})
 	mux.HandleFunc("/tabs", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, `<!doctype html><title>Tabs</title><body>
-<button id=pop onclick="window.open('/popup', '_blank', 'popup')">Open popup</button>`)
+<button id=pop onclick="window.open('/popup', '_blank', 'popup')">Open popup</button>
+<a id=blank href="/popup" target="_blank">Open in a new tab</a>
+<button id=inc onclick="this.textContent = 'clicked ' + (++window.n)">count</button><script>window.n = 0</script>`)
 	})
 	mux.HandleFunc("/popup", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprint(w, `<!doctype html><title>Popup</title><body>popup`)
+		fmt.Fprint(w, `<!doctype html><title>Popup</title><body>popup <button id=bye onclick="window.close()">Close me</button>`)
 	})
 	mux.HandleFunc("/store", func(w http.ResponseWriter, _ *http.Request) {
 		http.SetCookie(w, &http.Cookie{Name: "sid", Value: "s3cr3t-cookie-value", Path: "/", HttpOnly: true})
@@ -223,54 +225,6 @@ func TestUpload(t *testing.T) {
 	if _, err := e.s.UploadDir(); err == nil {
 		t.Error("UploadDir after close")
 	}
-}
-
-func TestTabs(t *testing.T) {
-	e := setup(t, "/tabs")
-	res := e.must(t, Request{Command: "tabs"})
-	tabs := res.Data.(map[string]any)["tabs"].([]Tab)
-	if len(tabs) != 1 || !tabs[0].Current || !strings.HasSuffix(tabs[0].URL, "/tabs") {
-		t.Fatalf("tabs: %+v", tabs)
-	}
-	// A popup the page opens shows up.
-	e.must(t, Request{Command: "click", Selector: "#pop"})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		tabs = e.must(t, Request{Command: "tabs", Op: "list"}).Data.(map[string]any)["tabs"].([]Tab)
-		if len(tabs) == 2 && strings.HasSuffix(tabs[1].URL, "/popup") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no popup in %+v", tabs)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if !tabs[0].Current || tabs[1].Current || tabs[1].OpenerID != tabs[0].ID {
-		t.Errorf("tabs: %+v", tabs)
-	}
-	one, zero := 1, 0
-	if err := e.wantCode(t, Request{Command: "tabs", Op: "switch", Index: &one}, "unsupported"); err.Hint == "" {
-		t.Error("unsupported without a hint")
-	}
-	e.must(t, Request{Command: "tabs", Op: "switch", Index: &zero})
-	e.wantCode(t, Request{Command: "tabs", Op: "switch"}, "invalid_argument")
-	e.wantCode(t, Request{Command: "tabs", Op: "switch", TabID: "nope"}, "not_found")
-	e.wantCode(t, Request{Command: "tabs", Op: "close", Index: &zero}, "unsupported")
-	e.must(t, Request{Command: "tabs", Op: "close", TabID: tabs[1].ID})
-	tabs = e.must(t, Request{Command: "tabs"}).Data.(map[string]any)["tabs"].([]Tab)
-	if len(tabs) != 1 {
-		t.Errorf("after close: %+v", tabs)
-	}
-	// new opens in the session's tab: a navigation, so pageRevision rises.
-	before := e.must(t, Request{Command: "get", What: "title"}).PageRevision
-	res = e.must(t, Request{Command: "tabs", Op: "new", URL: e.srv.URL + "/popup"})
-	if res.PageRevision == before || res.Data.(map[string]any)["sameTab"] != true {
-		t.Errorf("tabs new: %+v (revision before %d)", res, before)
-	}
-	if title := e.must(t, Request{Command: "get", What: "title"}).Data.(map[string]any)["title"]; title != "Popup" {
-		t.Errorf("title after tabs new: %v", title)
-	}
-	e.wantCode(t, Request{Command: "tabs", Op: "fly"}, "invalid_argument")
 }
 
 func TestCookiesAndStorage(t *testing.T) {

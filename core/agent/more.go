@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	"github.com/chromedp/chromedp/remote"
 	"github.com/tabcast/tabcast/core/access"
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/snapshot"
 )
@@ -217,8 +217,10 @@ func callOn(ctx context.Context, el *snapshot.Element, fn string, out any) error
 
 // ---- Tabs ----------------------------------------------------------------
 
-// Tab is a page of the session's browser context: the session's own tab
-// (current, the one streamed and driven) and popups the page opened.
+// Tab is a page of the session's browser context: the current one (the
+// one streamed and driven), tabs opened with tabs new and popups the pages
+// opened. Indices follow the order the session saw the tabs, so they stay
+// put across switches.
 type Tab struct {
 	Index    int    `json:"index"`
 	ID       string `json:"id"`
@@ -228,38 +230,17 @@ type Tab struct {
 	OpenerID string `json:"openerId,omitempty"`
 }
 
-// maxTabs bounds a listing.
-const maxTabs = 100
+// CodeTooManyTabs: tabs new over the session's limit (session.MaxTabs).
+const CodeTooManyTabs = "too_many_tabs"
 
-// listTabs lists the page targets of the session's browser context, the
-// session's own first.
-func (d *driver) listTabs(ctx context.Context) ([]Tab, error) {
-	pg := d.s.Page()
-	res, err := cdp.Call(ctx, pg.Target(), target.GetTargets, target.GetTargetsParams{})
-	if err != nil {
-		return nil, fmt.Errorf("agent: list targets: %w", err)
-	}
-	bctx := cdp.BrowserContextID(pg.BrowserContextID())
-	cur := pg.TargetID()
-	var infos []*target.Info
-	for _, t := range res.TargetInfos {
-		// A persistent profile's Chromium is the session's own: its
-		// default context holds only this session's pages.
-		if t == nil || t.Type != "page" || (bctx != "" && t.BrowserContextID != bctx) {
-			continue
-		}
-		infos = append(infos, t)
-	}
-	sort.SliceStable(infos, func(i, j int) bool { return string(infos[i].TargetID) == cur && string(infos[j].TargetID) != cur })
+// listTabs lists the session's tabs.
+func (d *driver) listTabs() []Tab {
 	out := []Tab{}
-	for i, t := range infos {
-		if i >= maxTabs {
-			break
-		}
-		out = append(out, Tab{Index: i, ID: string(t.TargetID), URL: snapshot.RedactTokens(t.URL), Title: snapshot.RedactTokens(t.Title),
-			Current: string(t.TargetID) == cur, OpenerID: string(t.OpenerID)})
+	for i, t := range d.s.Tabs() {
+		out = append(out, Tab{Index: i, ID: t.ID, URL: snapshot.RedactTokens(t.URL), Title: snapshot.RedactTokens(t.Title),
+			Current: t.Current, OpenerID: t.OpenerID})
 	}
-	return out, nil
+	return out
 }
 
 // findTab resolves the request's index or tabId.
@@ -275,9 +256,29 @@ func findTab(tabs []Tab, r Request) (Tab, error) {
 	return Tab{}, errorf(snapshot.CodeNotFound, true, "list them with tabs list", "no such tab")
 }
 
-// tabs: list, new, switch, close. One tab per session is streamed and
-// driven (the session's own): new opens in it, switch to another is
-// unsupported, and close works on the others (popups).
+// tabErr maps the session's tab errors to the API's codes.
+func tabErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, session.ErrNoTab):
+		return errorf(snapshot.CodeNotFound, true, "list them with tabs list", "no such tab (it closed)")
+	case errors.Is(err, session.ErrTooManyTabs):
+		return errorf(CodeTooManyTabs, true, "close a tab first (tabs close)", "the session holds at most %d tabs", session.MaxTabs)
+	case errors.Is(err, session.ErrLastTab):
+		return errorf(CodeUnsupported, false, "close the session instead: DELETE /api/v1/sessions/{id}", "the session's last tab cannot be closed")
+	case errors.Is(err, session.ErrNotReady):
+		return errorf(CodeNotReady, true, "", "the session is not ready")
+	}
+	return err
+}
+
+// tabs: list, new, switch, close. The current tab is the one streamed to
+// viewers and driven by people and agents; new opens a tab and switches to
+// it (unless background), switch changes the current tab (pageRevision
+// rises: refs and coordinates of the old page are stale), close closes a
+// tab (the current one is left first for its opener or the tab used most
+// recently).
 func (d *driver) tabs(ctx context.Context, r Request) (*Result, error) {
 	op := strings.ToLower(r.Op)
 	if op == "" {
@@ -285,33 +286,22 @@ func (d *driver) tabs(ctx context.Context, r Request) (*Result, error) {
 	}
 	switch op {
 	case "list":
-		tabs, err := d.listTabs(ctx)
-		if err != nil {
-			return nil, err
-		}
+		tabs := d.listTabs()
 		return &Result{OK: true, Summary: fmt.Sprintf("%d tab(s)", len(tabs)), Data: map[string]any{"tabs": tabs}}, nil
 	case "new":
-		u := r.URL
-		if u == "" {
-			u = "about:blank"
-		}
-		before := d.p.PageRevision()
-		rev, _, err := d.submit(ctx, action.Action{Kind: action.Navigate, URL: u})
+		t, err := d.s.TabNew(ctx, r.URL, r.Background)
 		if err != nil {
-			return nil, err
+			return nil, tabErr(err)
 		}
-		tabs, err := d.listTabs(ctx)
-		if err != nil {
-			return nil, err
+		sum := "opened a new tab"
+		if t.Current {
+			sum += " and switched to it: " + d.loaded(ctx)
+		} else {
+			sum += " in the background"
 		}
-		return &Result{OK: true, ActionRevision: rev,
-			Summary: "opened in the session's own tab (a session streams one tab): " + d.settle(ctx, before),
-			Data:    map[string]any{"sameTab": true, "tabs": tabs}}, nil
+		return &Result{OK: true, Summary: sum, Data: map[string]any{"tabId": t.ID, "tabs": d.listTabs()}}, nil
 	case "switch", "close":
-		tabs, err := d.listTabs(ctx)
-		if err != nil {
-			return nil, err
-		}
+		tabs := d.listTabs()
 		t, err := findTab(tabs, r)
 		if err != nil {
 			return nil, err
@@ -320,23 +310,41 @@ func (d *driver) tabs(ctx context.Context, r Request) (*Result, error) {
 			if t.Current {
 				return &Result{OK: true, Summary: "already the current tab", Data: map[string]any{"tabs": tabs}}, nil
 			}
-			return nil, errorf(CodeUnsupported, false, "the session streams and drives its own tab only: open the tab's URL there with navigate, or close the other tab",
-				"switching tabs is not supported")
+			if err := d.s.SwitchPage(ctx, t.ID); err != nil {
+				return nil, tabErr(err)
+			}
+			return &Result{OK: true, Summary: fmt.Sprintf("switched to tab %d: %s", t.Index, d.loaded(ctx)), Data: map[string]any{"tabs": d.listTabs()}}, nil
 		}
-		if t.Current {
-			return nil, errorf(CodeUnsupported, false, "close the session instead: DELETE /api/v1/sessions/{id}", "the session's own tab cannot be closed")
+		if err := d.s.CloseTab(ctx, t.ID); err != nil {
+			return nil, tabErr(err)
 		}
-		if err := d.closeTarget(ctx, target.ID(t.ID)); err != nil {
-			return nil, err
-		}
-		return &Result{OK: true, Summary: fmt.Sprintf("closed tab %d", t.Index)}, nil
+		d.sv.snap.Forget(tabKey(t.ID)) // its refs go with it
+		return &Result{OK: true, Summary: fmt.Sprintf("closed tab %d", t.Index), Data: map[string]any{"tabs": d.listTabs()}}, nil
 	}
 	return nil, errorf(action.CodeInvalidArgument, false, "op: list, new, switch, close", "tabs %q", r.Op)
 }
 
+// tabKey names a tab for the Snapshotter, which keys pages by target id.
+type tabKey string
+
+func (k tabKey) Target() *chromedp.Target { return &chromedp.Target{TargetID: target.ID(k)} }
+
+// loaded waits until the current page's document has loaded, so the
+// agent's next snapshot sees it.
+func (d *driver) loaded(ctx context.Context) string {
+	for ctx.Err() == nil {
+		var state string
+		if pg := d.s.Page(); pg != nil && pg.Evaluate(ctx, "document.readyState", &state) == nil && state == "complete" {
+			return "loaded"
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "still loading"
+}
+
 // onBrowser runs fn with a chromedp context on the session's browser over
 // a connection of its own, for the commands of the browser endpoint (the
-// page's session may neither close targets nor name a browser context).
+// page's session may not name a browser context).
 func (d *driver) onBrowser(ctx context.Context, fn func(bctx context.Context) error) error {
 	url := d.s.BrowserWSURL()
 	if url == "" {
@@ -349,32 +357,6 @@ func (d *driver) onBrowser(ctx context.Context, fn func(bctx context.Context) er
 	stop := context.AfterFunc(ctx, bcancel)
 	defer stop()
 	return fn(bctx)
-}
-
-// closeTarget closes another page of the session and waits until it is
-// gone from the list.
-func (d *driver) closeTarget(ctx context.Context, id target.ID) error {
-	err := d.onBrowser(ctx, func(bctx context.Context) error {
-		_, err := chromedp.CallBrowser(bctx, target.CloseTarget, target.CloseTargetParams{TargetID: id})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("agent: close tab: %w", err)
-	}
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
-		tabs, err := d.listTabs(ctx)
-		if err != nil {
-			return err
-		}
-		gone := true
-		for _, t := range tabs {
-			gone = gone && t.ID != string(id)
-		}
-		if gone {
-			break
-		}
-	}
-	return nil
 }
 
 // ---- Cookies and storage --------------------------------------------------
@@ -919,6 +901,7 @@ type netTracker struct {
 	inflight map[network.RequestID]struct{}
 	quietAt  time.Time // when the count last became 0
 	stop     func()
+	page     *browser.Page // the tab it listens to
 }
 
 func (n *netTracker) onEvent(ev any) {
@@ -960,11 +943,15 @@ func (n *netTracker) state() (int, time.Duration) {
 // Network domain (response bodies are not kept). Requests that began
 // before the first networkidle wait are not known to it.
 func (d *driver) network(ctx context.Context) (*netTracker, error) {
-	if d.net != nil {
+	pg := d.s.Page()
+	if d.net != nil && d.net.page == pg {
 		return d.net, nil
 	}
-	pg := d.s.Page()
-	n := &netTracker{inflight: map[network.RequestID]struct{}{}, quietAt: time.Now()}
+	if d.net != nil && d.net.stop != nil {
+		d.net.stop() // the session switched tabs
+	}
+	d.net = nil
+	n := &netTracker{inflight: map[network.RequestID]struct{}{}, quietAt: time.Now(), page: pg}
 	stop, err := pg.Listen(n.onEvent)
 	if err != nil {
 		return nil, fmt.Errorf("agent: network listen: %w", err)

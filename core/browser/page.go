@@ -41,9 +41,15 @@ type Page struct {
 	ctx    context.Context // chromedp context of the attached session
 	cancel context.CancelFunc
 	t      *chromedp.Target
+	// ownsCtx: NewPage created bctxID for this page, so Close disposes it
+	// (and every other tab in it); a page of AttachPage closes its target
+	// only.
+	ownsCtx bool
 
 	closeOnce sync.Once
 	closeErr  error
+	tabOnce   sync.Once
+	tabErr    error
 }
 
 // NewPage opens an isolated page and waits until o.URL has loaded.
@@ -99,23 +105,40 @@ func (b *Browser) NewPage(ctx context.Context, o PageOptions) (*Page, error) {
 	// Detach-on-cancel: Close closes the target and the context itself, in
 	// that order, and a Browser.Close must not issue CDP calls per page.
 	pctx, pcancel := chromedp.NewContext(b.rootCtx, chromedp.WithTargetID(tr.TargetID), chromedp.WithDetachOnCancel())
-	p := &Page{b: b, targetID: tr.TargetID, bctxID: bc.BrowserContextID, ctx: pctx, cancel: pcancel}
+	p := &Page{b: b, targetID: tr.TargetID, bctxID: bc.BrowserContextID, ctx: pctx, cancel: pcancel, ownsCtx: true}
+	if err := b.track(p); err != nil {
+		return nil, fmt.Errorf("browser: new page: %w", err)
+	}
+	if err := p.bind(ctx, o); err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), closeGrace)
+		defer cancel()
+		_ = p.Close(cctx)
+		return nil, fmt.Errorf("browser: new page: %w", err)
+	}
+	return p, nil
+}
 
+// track registers p with the browser (Close detaches it), unless the
+// browser is closing.
+func (b *Browser) track(p *Page) error {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	select {
 	case <-b.closing:
-		b.mu.Unlock()
-		pcancel()
-		return nil, fmt.Errorf("browser: new page: %w", ErrClosed)
+		p.cancel()
+		return ErrClosed
 	default:
 	}
 	b.pages[p] = struct{}{}
-	b.mu.Unlock()
+	return nil
+}
 
-	// The first Run attaches and binds the session to pctx, so it cannot take
-	// ctx; ctx still aborts it from the side.
-	stop := context.AfterFunc(ctx, pcancel)
-	err = chromedp.Do(pctx, chromedp.Func(func(c context.Context, t *chromedp.Target) error {
+// bind attaches p's CDP session, sets its viewport and loads o.URL. The
+// first Run attaches and binds the session to p.ctx, so it cannot take
+// ctx; ctx still aborts it from the side.
+func (p *Page) bind(ctx context.Context, o PageOptions) error {
+	stop := context.AfterFunc(ctx, p.cancel)
+	err := chromedp.Do(p.ctx, chromedp.Func(func(c context.Context, t *chromedp.Target) error {
 		p.t = t
 		return setMetrics(c, t, o.Width, o.Height)
 	}))
@@ -125,13 +148,7 @@ func (b *Browser) NewPage(ctx context.Context, o PageOptions) (*Page, error) {
 	if err == nil && o.URL != "" && o.URL != "about:blank" {
 		err = p.Navigate(ctx, o.URL)
 	}
-	if err != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), closeGrace)
-		defer cancel()
-		_ = p.Close(cctx)
-		return nil, fmt.Errorf("browser: new page: %w", err)
-	}
-	return p, nil
+	return err
 }
 
 func checkSize(w, h int) error {
@@ -232,25 +249,21 @@ func (p *Page) ResizeWindowBy(ctx context.Context, dw, dh int) error {
 	return nil
 }
 
-// Close detaches the session, closes the target and disposes its
-// BrowserContext. It is idempotent.
+// Close detaches the session, closes the target and, for a page of
+// NewPage, disposes its BrowserContext (which closes the context's other
+// tabs too). It is idempotent, also after CloseTab.
 func (p *Page) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
-		p.b.mu.Lock()
-		delete(p.b.pages, p)
-		p.b.mu.Unlock()
-		p.cancel() // detaches; waits at most chromedp's 5 s detach timeout
-
+		var errs []error
+		if err := p.closeTarget(ctx); err != nil {
+			errs = append(errs, err)
+		}
 		select {
 		case <-p.b.done:
 			return // the browser is gone and took the page with it
 		default:
 		}
-		var errs []error
-		if _, err := cdp.Call(ctx, p.b.cdpBrowser, target.CloseTarget, target.CloseTargetParams{TargetID: p.targetID}); err != nil && !isGone(err) {
-			errs = append(errs, fmt.Errorf("close target: %w", err))
-		}
-		if p.bctxID != "" {
+		if p.ownsCtx && p.bctxID != "" {
 			if _, err := cdp.Call(ctx, p.b.cdpBrowser, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: p.bctxID}); err != nil && !isGone(err) {
 				errs = append(errs, fmt.Errorf("dispose browser context: %w", err))
 			}
@@ -260,6 +273,36 @@ func (p *Page) Close(ctx context.Context) error {
 		}
 	})
 	return p.closeErr
+}
+
+// CloseTab detaches and closes the page's target only: the other tabs of
+// its BrowserContext live on. A page of NewPage still needs Close later to
+// dispose its context. Idempotent.
+func (p *Page) CloseTab(ctx context.Context) error {
+	p.tabOnce.Do(func() {
+		if err := p.closeTarget(ctx); err != nil {
+			p.tabErr = fmt.Errorf("browser: close tab: %w", err)
+		}
+	})
+	return p.tabErr
+}
+
+// closeTarget detaches our session and closes the target (a target that is
+// gone already is not an error).
+func (p *Page) closeTarget(ctx context.Context) error {
+	p.b.mu.Lock()
+	delete(p.b.pages, p)
+	p.b.mu.Unlock()
+	p.cancel() // detaches; waits at most chromedp's 5 s detach timeout
+	select {
+	case <-p.b.done:
+		return nil
+	default:
+	}
+	if _, err := cdp.Call(ctx, p.b.cdpBrowser, target.CloseTarget, target.CloseTargetParams{TargetID: p.targetID}); err != nil && !isGone(err) {
+		return fmt.Errorf("close target: %w", err)
+	}
+	return nil
 }
 
 // release drops chromedp's side of the page without CDP calls (the browser

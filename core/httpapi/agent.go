@@ -19,7 +19,7 @@ func agentStatus(code string) int {
 		return http.StatusNotFound
 	case action.CodeInvalidArgument, agent.CodeUnknownCommand, action.CodeTooLarge, action.CodeUnknownKind, agent.CodeUnsupported:
 		return http.StatusUnprocessableEntity
-	case action.CodeQueueFull, action.CodeRateLimited:
+	case action.CodeQueueFull, action.CodeRateLimited, agent.CodeTooManyTabs:
 		return http.StatusTooManyRequests
 	case action.CodeNavigationBlocked, action.CodeShortcutBlocked, action.CodeNotAllowed, agent.CodeEvalDisabled, agent.CodeForbidden:
 		return http.StatusForbidden

@@ -603,3 +603,54 @@ func cdpError(err error, sub string) bool {
 	var ce *cdproto.Error
 	return errors.As(err, &ce) && strings.Contains(ce.Message, sub)
 }
+
+// NewRevision gives the page a new revision, as a main-frame navigation
+// does. A session calls it when this page becomes the one it streams and
+// drives (a tab switch): coordinates and refs aimed at the page shown
+// before are then stale. It returns the new revision.
+func (e *Executor) NewRevision() uint64 {
+	r := revisions.Add(1)
+	e.rev.Store(r)
+	e.poke() // page_state carries the revision
+	return r
+}
+
+// ReleaseHeld lifts every key and button any producer holds on this page,
+// for a session leaving the page for another tab (nothing stays pressed on
+// a page nobody drives). It waits for a running Execute.
+func (e *Executor) ReleaseHeld(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var first error
+	for id := range e.producers {
+		if err := e.release(ctx, id, false); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// HandOver gives the session's clipboard (clipboard_write, copies) to the
+// executor of the page the session switches to: it is the session's, not
+// one tab's.
+func (e *Executor) HandOver(to *Executor) {
+	if to == e {
+		return
+	}
+	e.mu.Lock()
+	clip := e.clip
+	e.mu.Unlock()
+	to.mu.Lock()
+	to.clip = clip
+	to.mu.Unlock()
+}
+
+// OpenDialog is the JavaScript dialog waiting for an answer, if any.
+func (e *Executor) OpenDialog() (Dialog, bool) {
+	e.smu.Lock()
+	defer e.smu.Unlock()
+	if e.dialog == nil {
+		return Dialog{}, false
+	}
+	return *e.dialog, true
+}

@@ -136,10 +136,11 @@ type (
 	tabsIn struct {
 		Base
 		Action
-		Op    string `json:"op,omitempty" jsonschema:"list (default): the session's tabs and the popups its page opened; new: open url (in the session's own tab: a session streams one tab); switch: make a tab current (only the session's own tab is supported); close: close a popup."`
-		URL   string `json:"url,omitempty" jsonschema:"With op=new: the URL to open (default about:blank)."`
-		Index *int   `json:"index,omitempty" jsonschema:"With op=switch or close: the tab's index from op=list."`
-		TabID string `json:"tabId,omitempty" jsonschema:"With op=switch or close: the tab's id from op=list (instead of index)."`
+		Op         string `json:"op,omitempty" jsonschema:"list (default): the session's tabs (the current one is streamed and driven; popups the page opens are followed); new: open url in a new tab and switch to it; switch: make a tab current (refs of the old page go stale: snapshot again); close: close a tab (closing the current one shows its opener or the tab used last)."`
+		URL        string `json:"url,omitempty" jsonschema:"With op=new: the URL to open (default about:blank)."`
+		Background bool   `json:"background,omitempty" jsonschema:"With op=new: open the tab without switching to it."`
+		Index      *int   `json:"index,omitempty" jsonschema:"With op=switch or close: the tab's index from op=list."`
+		TabID      string `json:"tabId,omitempty" jsonschema:"With op=switch or close: the tab's id from op=list (instead of index)."`
 	}
 	cookiesIn struct {
 		Base
@@ -309,7 +310,7 @@ func addTools(s *mcp.Server, b Backend) {
 			return do(ctx, in.Base, r)
 		})
 	add(s, "browser_fill", "Fill a field",
-		"Replace the content of a text field (input, textarea, contenteditable) with text: clicks it, selects all, deletes, and types, firing the page's input events.",
+		"Replace the content of a text field (input, textarea, contenteditable) with text: clicks it, selects all and inserts the text over the selection (Backspace for empty text), firing the page's input events.",
 		false, func(ctx context.Context, in fillIn) *mcp.CallToolResult {
 			r := agent.Request{Command: "fill", ActionID: in.ActionID, Text: in.Text}
 			in.Target.apply(&r)
@@ -409,7 +410,7 @@ func addTools(s *mcp.Server, b Backend) {
 	add(s, "browser_tabs", "Tabs",
 		"List the session's tabs (its own tab, which is streamed and driven, and popups the page opened), open a URL (op=new, in the session's own tab), or close a popup. Switching to another tab is not supported (unsupported): navigate to its URL instead.",
 		false, func(ctx context.Context, in tabsIn) *mcp.CallToolResult {
-			return do(ctx, in.Base, agent.Request{Command: "tabs", ActionID: in.ActionID, Op: in.Op, URL: in.URL, Index: in.Index, TabID: in.TabID})
+			return do(ctx, in.Base, agent.Request{Command: "tabs", ActionID: in.ActionID, Op: in.Op, URL: in.URL, Background: in.Background, Index: in.Index, TabID: in.TabID})
 		})
 	add(s, "browser_cookies", "Cookies",
 		"Read, set or clear the session's cookies (its own browser profile only). Values are [redacted] unless reveal is true.",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tabcast/tabcast/core/browser"
@@ -135,19 +136,40 @@ func (s *Session) cdpCaptureLoop(ctx context.Context) {
 // for good (viewers see one keyframe interval of the old picture at most).
 func (s *Session) tabCaptureLoop(ctx context.Context) {
 	err := s.streamFrom(ctx, s.m.tab, s.onEncoded)
+	// After a tab switch the plugin may still be ending the old tab's
+	// stream of this session: wait for it rather than fall back.
+	for deadline := time.Now().Add(3 * time.Second); err != nil && ctx.Err() == nil && time.Now().Before(deadline) &&
+		strings.Contains(status.Convert(err).Message(), "already streaming"); {
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+		err = s.streamFrom(ctx, s.m.tab, s.onEncoded)
+	}
 	if ctx.Err() != nil {
 		return
 	}
 	if err == nil {
 		err = errors.New("stream ended")
 	}
-	s.fallBackToCDP(ReasonTabCaptureFailed, err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A tab switch cancels this loop under s.mu: a stream that ended
+	// because its tab went away is not a capture failure.
+	if ctx.Err() != nil {
+		return
+	}
+	s.fallBackLocked(ReasonTabCaptureFailed, err)
 }
 
 // fallBackToCDP switches the session to the CDP screencast.
 func (s *Session) fallBackToCDP(reason string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.fallBackLocked(reason, err)
+}
+
+func (s *Session) fallBackLocked(reason string, err error) {
 	if s.capMode != CaptureTab || s.state == StateClosing || s.state == StateClosed || s.state == StateFailed {
 		return
 	}
@@ -173,8 +195,12 @@ func (s *Session) streamFrom(ctx context.Context, h PluginHandle, send func(capt
 	if !ok {
 		return fmt.Errorf("capture plugin: client is %T, not a capturer", cl)
 	}
+	pg := s.Page() // the current tab: a tab switch restarts the loops
+	if pg == nil {
+		return errors.New("capture: no page")
+	}
 	err = c.Stream(ctx, capture.Target{
-		SessionID: s.id, BrowserWSURL: s.browser.WSURL(), TargetID: s.page.TargetID(),
+		SessionID: s.id, BrowserWSURL: s.browser.WSURL(), TargetID: pg.TargetID(),
 		Width: s.width, Height: s.height,
 	}, send)
 	if err != nil && brokenPlugin(err) && ctx.Err() == nil {

@@ -137,7 +137,7 @@ func (s *Session) OpenProducer(kind, owner string, onState func(StateEvent)) (*P
 func (p *Producer) Grant() dispatch.Producer { return p.grant }
 
 // PageRevision is the page's current revision.
-func (p *Producer) PageRevision() uint64 { return p.s.exec.PageRevision() }
+func (p *Producer) PageRevision() uint64 { return p.s.ex.PageRevision() }
 
 // Submit hands one envelope to the dispatcher. The producer fields are
 // stamped from the grant: a client never chooses them.

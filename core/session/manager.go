@@ -38,6 +38,12 @@ type PluginHandle interface {
 type Browser interface {
 	WSURL() string
 	NewPage(ctx context.Context, o browser.PageOptions) (*browser.Page, error)
+	// AttachPage, NewTab, CloseTarget and WatchPages serve a session's
+	// other tabs (pages.go).
+	AttachPage(ctx context.Context, targetID string, o browser.PageOptions) (*browser.Page, error)
+	NewTab(ctx context.Context, browserContextID string, o browser.PageOptions) (*browser.Page, error)
+	CloseTarget(ctx context.Context, targetID string) error
+	WatchPages(ctx context.Context, fn func(browser.TargetEvent)) (stop func(), err error)
 	Done() <-chan struct{}
 	// Close stops the browser; the manager calls it only on browsers it
 	// launched itself (Config.Launch), the caller closes the one it passed.
@@ -95,6 +101,11 @@ type Config struct {
 	TabCapture PluginHandle
 	// Telemetry counts session creations and input events; nil = none.
 	Telemetry *telemetry.Metrics
+	// PopupsInBackground leaves the pages a session's current tab opens
+	// (window.open, target=_blank) in the background, listed by the agent's
+	// tabs; by default the session follows them, as a person clicking a
+	// target=_blank link expects.
+	PopupsInBackground bool
 }
 
 // DefaultTerminalTTL is how long terminal snapshots stay readable.
@@ -430,9 +441,14 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 		s.closeOwnBrowser()
 		return nil, fmt.Errorf("%w: new page: %v", ErrUnavailable, err)
 	}
-	exec, err := input.New(page, m.cfg.Input, input.Events{
-		OnPageState: s.onPageState, OnDialogOpened: s.onDialogOpened, OnDialogClosed: s.onDialogClosed,
-	}, s.log.With("component", "input"))
+	// The first tab is current from the start, so its first page state
+	// reaches the viewers.
+	first := &tab{id: page.TargetID(), page: page, opened: 1, used: 1}
+	first.vetted.Store(true)
+	s.mu.Lock()
+	s.cur, s.tabSeq = first, 1
+	s.mu.Unlock()
+	exec, err := s.newTabExec(first)
 	if err != nil {
 		cancel()
 		_ = page.Close(ctx)
@@ -452,11 +468,18 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 		s.closeOwnBrowser()
 		return nil, fmt.Errorf("%w: session %s while starting", ErrUnavailable, st)
 	}
-	s.page = page
-	s.exec = exec
-	s.disp = dispatch.New(dispatch.Config{Logger: s.log.With("component", "dispatch"), Telemetry: m.cfg.Telemetry}, exec)
+	first.exec = exec
+	s.page, s.root = page, page
+	s.tabs = map[string]*tab{first.id: first}
+	s.ex = newPageExec(exec, s.ready)
+	s.disp = dispatch.New(dispatch.Config{Logger: s.log.With("component", "dispatch"), Telemetry: m.cfg.Telemetry}, s.ex)
 	s.state = StateReady
 	s.mu.Unlock()
+	if err := s.startTabWatch(); err != nil {
+		// The session still streams and drives its first tab; other tabs
+		// are then neither followed nor listed.
+		s.log.Warn("tabs: cannot watch the browser's pages", "err", err)
+	}
 	if m.cfg.IdleReclaim > 0 && !o.KeepIdle {
 		m.mu.Lock() // wg.Add must not race Shutdown's Wait
 		if m.ctx.Err() == nil {

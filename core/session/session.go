@@ -68,7 +68,7 @@ type Session struct {
 	id      string
 	m       *Manager
 	log     *slog.Logger
-	page    *browser.Page
+	page    *browser.Page // the current tab's page (s.mu)
 	width   int
 	height  int
 	created time.Time
@@ -102,7 +102,18 @@ type Session struct {
 
 	done chan struct{} // closed when the session starts closing
 
-	exec *input.Executor
+	// Tabs (pages.go): tabsMu serializes adopting, switching and closing
+	// them and is taken before s.mu; tabs, cur and tabSeq are guarded by
+	// s.mu. root is the session's first page, whose Close disposes the
+	// browser context.
+	tabsMu    sync.Mutex
+	tabs      map[string]*tab
+	cur       *tab
+	tabSeq    uint64
+	root      *browser.Page
+	tabChecks chan tabCheck
+
+	ex   *pageExec // the dispatcher's executor: the current tab's
 	disp *dispatch.Dispatcher
 	hub  stateHub
 
@@ -481,10 +492,13 @@ type Snapshot struct {
 	// the CDP screencast (e.g. tab_capture_failed).
 	CaptureFallback string          `json:"captureFallback,omitempty"`
 	Pipelines       []PipelineStats `json:"pipelines"`
-	Owner           string          `json:"owner,omitempty"`
-	Profile         string          `json:"profile,omitempty"`
-	Control         Control         `json:"control"`
-	HumanRequests   []HumanRequest  `json:"humanRequests"`
+	// Tabs counts the pages of the session's browser context (the current
+	// one is streamed and driven).
+	Tabs          int            `json:"tabs"`
+	Owner         string         `json:"owner,omitempty"`
+	Profile       string         `json:"profile,omitempty"`
+	Control       Control        `json:"control"`
+	HumanRequests []HumanRequest `json:"humanRequests"`
 	// ReclaimAt is set while the session warns it will be closed for lack
 	// of input.
 	ReclaimAt *time.Time `json:"reclaimAt,omitempty"`
@@ -506,7 +520,7 @@ func (s *Session) Snapshot() Snapshot {
 		CaptureFallback: s.capFallback, Codecs: s.codecsLocked(), Viewers: s.viewers, Producers: s.hub.count(), FramesCaptured: s.framesIn.Load(),
 		CaptureDropped: s.pluginDropped.Load(), BadPluginOut: s.badPluginOut.Load(),
 		Pipelines: []PipelineStats{}, Owner: s.owner, Profile: s.profile, Invited: slices.Clone(s.invited),
-		ViewerDetails: make([]ViewerInfo, 0, len(s.viewerInfo)),
+		ViewerDetails: make([]ViewerInfo, 0, len(s.viewerInfo)), Tabs: len(s.tabs),
 	}
 	for _, v := range s.viewerInfo {
 		snap.ViewerDetails = append(snap.ViewerDetails, v)
@@ -517,8 +531,8 @@ func (s *Session) Snapshot() Snapshot {
 		}
 		return strings.Compare(a.Peer, b.Peer)
 	})
-	if s.exec != nil {
-		snap.PageRevision = s.exec.PageRevision()
+	if s.ex != nil {
+		snap.PageRevision = s.ex.PageRevision()
 	}
 	if e, ok := s.captureErr.Load().(string); ok {
 		snap.CaptureError = e
@@ -531,7 +545,7 @@ func (s *Session) Snapshot() Snapshot {
 		snap.ReclaimAt = &t
 	}
 	key := fmt.Sprint(snap.State, snap.TerminalReason, snap.URL, snap.Title, snap.Width, snap.Height,
-		snap.Viewers, snap.Producers, snap.PageRevision, snap.CaptureError, snap.CaptureMode, snap.Invited, snap.Control, len(snap.HumanRequests), snap.ReclaimAt != nil)
+		snap.Viewers, snap.Producers, snap.PageRevision, snap.Tabs, snap.CaptureError, snap.CaptureMode, snap.Invited, snap.Control, len(snap.HumanRequests), snap.ReclaimAt != nil)
 	for _, r := range snap.HumanRequests {
 		key += r.ID
 	}
@@ -559,7 +573,7 @@ func (s *Session) Navigate(ctx context.Context, url string) error {
 	if err := s.m.cfg.Input.CheckURL(ctx, url); err != nil {
 		return err
 	}
-	if err := s.page.Navigate(ctx, url); err != nil {
+	if err := s.Page().Navigate(ctx, url); err != nil {
 		// A page that does not load is the URL's problem, not the
 		// appliance's: say so with Chromium's net error code (never the URL).
 		if code := netErrRE.FindString(err.Error()); code != "" {
@@ -601,10 +615,21 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	if s.disp != nil {
 		s.disp.Close() // releases every producer's held input first
 	}
-	if s.exec != nil {
-		s.exec.Close()
+	s.wg.Wait() // the tab watcher too: the tabs stay as they are from here
+	s.mu.Lock()
+	execs := make([]*input.Executor, 0, len(s.tabs)+1)
+	pages := make([]*browser.Page, 0, len(s.tabs)+1)
+	for _, t := range s.tabs {
+		execs, pages = append(execs, t.exec), append(pages, t.page)
 	}
-	s.wg.Wait()
+	if s.cur != nil && s.tabs[s.cur.id] != s.cur {
+		execs, pages = append(execs, s.cur.exec), append(pages, s.cur.page)
+	}
+	root := s.root
+	s.mu.Unlock()
+	for _, e := range execs {
+		e.Close()
+	}
 	s.mu.Lock()
 	var capDone []chan struct{}
 	for mode, r := range s.captures {
@@ -616,9 +641,16 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	for _, done := range capDone {
 		<-done
 	}
-	if !failed && s.page != nil {
-		if err := s.page.Close(ctx); err != nil {
+	if !failed && root != nil {
+		// Disposing the context closes every tab in it; the other tabs'
+		// sessions are only detached then.
+		if err := root.Close(ctx); err != nil {
 			s.log.Debug("page close", "err", err)
+		}
+		for _, pg := range pages {
+			if pg != root {
+				_ = pg.CloseTab(ctx)
+			}
 		}
 	}
 	s.closeOwnBrowser()

@@ -239,19 +239,6 @@ func TestPictureFollowsThePage(t *testing.T) {
 	if err := a.OpenPanel(bctx, "admin", a.AdminPassword, "/?codec=vp8"); err != nil {
 		t.Fatal(err)
 	}
-	near := func(want [3]int) func([]int) bool {
-		return func(px []int) bool {
-			if len(px) != 3 {
-				return false
-			}
-			for i := range 3 {
-				if d := px[i] - want[i]; d > 40 || d < -40 {
-					return false
-				}
-			}
-			return true
-		}
-	}
 	// A still page that was painted before the viewer joined: the viewer
 	// must still see it (keyframe from the last frame).
 	if px, err := waitEval(bctx, centrePixel, near([3]int{255, 0, 0}), 15*time.Second); err != nil {
@@ -470,5 +457,21 @@ func TestStreamSurvivesPluginCrashes(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// near matches a decoded pixel [r g b] within 40 of want in each channel
+// (what an encoder's colour rounding leaves of a solid page).
+func near(want [3]int) func([]int) bool {
+	return func(px []int) bool {
+		if len(px) != 3 {
+			return false
+		}
+		for i := range 3 {
+			if d := px[i] - want[i]; d > 40 || d < -40 {
+				return false
+			}
+		}
+		return true
 	}
 }
