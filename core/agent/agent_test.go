@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/access"
+	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/session"
 )
@@ -50,6 +52,12 @@ for (const id of ['one', 'many']) document.getElementById(id).addEventListener('
 	})
 	mux.HandleFunc("/popup", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, `<!doctype html><title>Popup</title><body>popup <button id=bye onclick="window.close()">Close me</button>`)
+	})
+	// A button far from the origin: a point mapped with the wrong viewport
+	// misses it.
+	mux.HandleFunc("/far", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `<!doctype html><title>far</title><body style="margin:0">
+<button id=b style="position:absolute;left:500px;top:400px;width:100px;height:50px" onclick="this.textContent='hit'">far</button>`)
 	})
 	mux.HandleFunc("/store", func(w http.ResponseWriter, _ *http.Request) {
 		http.SetCookie(w, &http.Cookie{Name: "sid", Value: "s3cr3t-cookie-value", Path: "/", HttpOnly: true})
@@ -384,5 +392,35 @@ func TestHumanInControl(t *testing.T) {
 		{Command: "upload", Selector: "input", Files: []string{"a.txt"}},
 	} {
 		e.wantCode(t, r, CodeHumanInControl)
+	}
+}
+
+// TestClickAfterViewportChange: a person's panel resized the page (a
+// viewport action); the agent's clicks map to the new viewport, as the
+// input executor does, and land on the element.
+func TestClickAfterViewportChange(t *testing.T) {
+	e := setup(t, "/far")
+	p, err := e.s.OpenProducer(dispatch.KindHuman, "bob", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	acks := make(chan dispatch.Ack, 4)
+	p.Submit(dispatch.Envelope{ControlSeq: 1, ActionID: "vp", Action: action.Action{Kind: action.Viewport, Width: 640, Height: 480}},
+		func(a dispatch.Ack) { acks <- a })
+	for a := range acks {
+		if a.Status == dispatch.StatusRejected {
+			t.Fatalf("viewport: %+v", a)
+		}
+		if a.Status == dispatch.StatusCompleted {
+			break
+		}
+	}
+	if w, h := e.s.InputViewport(); w != 640 || h != 480 {
+		t.Fatalf("input viewport %dx%d after the viewport action, want 640x480", w, h)
+	}
+	e.must(t, Request{Command: "click", Selector: "#b"})
+	if got := e.text(t, "#b"); got != "hit" {
+		t.Errorf("the click after the viewport change missed the button (%q)", got)
 	}
 }

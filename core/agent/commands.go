@@ -246,7 +246,7 @@ func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 			}
 			x, y = px, py
 		} else {
-			w, h := d.s.Viewport()
+			w, h := d.s.InputViewport()
 			x, y = float64(w)/2, float64(h)/2
 		}
 		if r.DeltaX == 0 && r.DeltaY == 0 {
@@ -399,7 +399,9 @@ func (d *driver) point(ctx context.Context, r Request) (float64, float64, string
 
 // pointer builds a pointer action at CSS pixel (x, y).
 func (d *driver) pointer(kind action.Kind, x, y float64, clicks int) action.Action {
-	w, h := d.s.Viewport()
+	// The executor maps normalized coordinates to its current viewport,
+	// which a panel's viewport action may have changed since the start.
+	w, h := d.s.InputViewport()
 	return action.Action{Kind: kind, X: clamp01(x / float64(w)), Y: clamp01(y / float64(h)), Button: "left", ClickCount: clicks}
 }
 

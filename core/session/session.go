@@ -330,6 +330,21 @@ func (s *Session) BrowserWSURL() string {
 // Viewport is the page's size in CSS pixels.
 func (s *Session) Viewport() (w, h int) { return s.width, s.height }
 
+// InputViewport is the current tab's viewport in CSS pixels, which the
+// input executor maps normalized coordinates to: the session's size until a
+// viewport action (a panel asking for its container's size) changed it.
+func (s *Session) InputViewport() (w, h int) {
+	s.mu.Lock()
+	cur := s.cur
+	s.mu.Unlock()
+	if cur != nil && cur.exec != nil {
+		if w, h := cur.exec.Viewport(); w > 0 && h > 0 {
+			return w, h
+		}
+	}
+	return s.width, s.height
+}
+
 // Codecs are the codecs viewers of this session can ask for, the preferred
 // first: VP8 while the session captures its tab (the browser's own VP8 goes
 // to viewers as it is, nothing re-encodes it), else the encoder's order.
