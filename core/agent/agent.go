@@ -306,15 +306,19 @@ const (
 // halfway through a command.
 func (d *driver) submit(ctx context.Context, a action.Action) (uint64, *action.Result, error) {
 	for {
-		rev, res, err := d.submitOnce(ctx, a)
+		rev, res, retry, err := d.submitOnce(ctx, a)
 		var ae *action.Error
 		if err == nil || rev != 0 || !errors.As(err, &ae) || (ae.Code != action.CodeRateLimited && ae.Code != action.CodeQueueFull) {
 			return rev, res, err
 		}
+		wait := budgetWait // a full queue: about one action's time
+		if ae.Code == action.CodeRateLimited && retry > 0 {
+			wait = min(retry, time.Second) // the next credit is due then
+		}
 		select {
 		case <-ctx.Done():
 			return 0, nil, err
-		case <-time.After(budgetWait):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -322,7 +326,9 @@ func (d *driver) submit(ctx context.Context, a action.Action) (uint64, *action.R
 // budgetWait is about one token of the dispatcher's default refill (8/s).
 const budgetWait = 125 * time.Millisecond
 
-func (d *driver) submitOnce(ctx context.Context, a action.Action) (uint64, *action.Result, error) {
+// submitOnce submits a once; a rate_limited refusal comes with when the
+// next credit is due.
+func (d *driver) submitOnce(ctx context.Context, a action.Action) (uint64, *action.Result, time.Duration, error) {
 	a.PageRevision = d.p.PageRevision()
 	d.nextID++
 	id := "agent-" + strconv.FormatUint(d.nextID, 10)
@@ -332,7 +338,7 @@ func (d *driver) submitOnce(ctx context.Context, a action.Action) (uint64, *acti
 		env.PointerSeq = d.pointerSeq
 		// Pointer actions are acked only when refused: nothing to wait for.
 		d.p.Submit(env, func(dispatch.Ack) {})
-		return 0, nil, nil
+		return 0, nil, 0, nil
 	}
 	env.ControlSeq = d.controlSeq + 1
 	acks := make(chan dispatch.Ack, 4)
@@ -352,14 +358,14 @@ func (d *driver) submitOnce(ctx context.Context, a action.Action) (uint64, *acti
 				rev = k.ActionRevision
 				continue
 			case dispatch.StatusCompleted:
-				return max(rev, k.ActionRevision), k.Result, nil
+				return max(rev, k.ActionRevision), k.Result, 0, nil
 			default:
 				// Refused (at submit the seq is not consumed: the next
 				// action reuses it).
-				return rev, nil, &action.Error{Code: k.Code, Message: k.Message}
+				return rev, nil, time.Duration(k.RetryAfterMs) * time.Millisecond, &action.Error{Code: k.Code, Message: k.Message}
 			}
 		case <-ctx.Done():
-			return rev, nil, &action.Error{Code: action.CodeOutcomeUnknown, Message: "the action did not finish in time; its outcome is unknown"}
+			return rev, nil, 0, &action.Error{Code: action.CodeOutcomeUnknown, Message: "the action did not finish in time; its outcome is unknown"}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -141,6 +142,9 @@ type Ack struct {
 	ActionRevision uint64         `json:"actionRevision,omitempty" cbor:"actionRevision,omitempty"`
 	PageRevision   uint64         `json:"pageRevision" cbor:"pageRevision"`
 	Result         *action.Result `json:"result,omitempty" cbor:"result,omitempty"`
+	// RetryAfterMs, on a rate_limited refusal: when the producer's next
+	// credit is due, so a sender can wait exactly that long.
+	RetryAfterMs int `json:"retryAfterMs,omitempty" cbor:"retryAfterMs,omitempty"`
 }
 
 // Dispatcher is the one action dispatcher of a browser session.
@@ -392,7 +396,7 @@ func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply 
 	// leave input held, and each one follows a charged press anyway, so a
 	// typist gets a keystroke per credit rather than half of one.
 	if !isRelease(a) && !p.take(now, d.cfg.Burst, d.cfg.RatePerSec) {
-		return reject(action.CodeRateLimited, "rate limited")
+		return rateLimited(reject, p, d.cfg.RatePerSec)
 	}
 	gen.lastControl++
 	d.rev++
@@ -432,7 +436,7 @@ func (d *Dispatcher) submitPointerLocked(p *producer, e Envelope, now time.Time,
 		return reject(action.CodeQueueFull, "action queue full")
 	}
 	if !a.Coalescable() && !p.take(now, d.cfg.Burst, d.cfg.RatePerSec) {
-		return reject(action.CodeRateLimited, "rate limited")
+		return rateLimited(reject, p, d.cfg.RatePerSec)
 	}
 	d.rev++
 	d.enqueueLocked(p, &item{p: p, gen: gen, env: e, rev: d.rev, size: size, reply: reply})
@@ -550,3 +554,12 @@ func (d *Dispatcher) idle() <-chan struct{} {
 }
 
 func isRelease(a action.Action) bool { return a.Kind == action.KeyUp || a.Kind == action.PointerUp }
+
+// rateLimited is the rate_limited refusal, with when the next credit is due.
+func rateLimited(reject func(code, msg string) submitOut, p *producer, rate float64) submitOut {
+	out := reject(action.CodeRateLimited, "rate limited")
+	for i := range out.acks {
+		out.acks[i].RetryAfterMs = int(math.Ceil(p.due(rate).Seconds() * 1000))
+	}
+	return out
+}

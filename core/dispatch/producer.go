@@ -35,6 +35,15 @@ func (p *producer) take(now time.Time, burst int, rate float64) bool {
 	return true
 }
 
+// due is how long until the next credit (after a take that failed, which
+// brought the bucket up to date).
+func (p *producer) due(rate float64) time.Duration {
+	if p.tokens >= 1 || rate <= 0 {
+		return 0
+	}
+	return time.Duration((1 - p.tokens) / rate * float64(time.Second))
+}
+
 // generation is the state of one (producerId, producerGeneration): its two
 // sequence spaces, its actionId ledger and the input it holds.
 type generation struct {

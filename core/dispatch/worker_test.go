@@ -122,7 +122,16 @@ func TestRateLimit(t *testing.T) {
 		}
 	}
 	accept(16) // the 17th in a burst is refused (and does not consume its seq)
-	h.clock.Advance(125 * time.Millisecond)
+	// The refusal says when the next credit is due: 1/8 s on an empty
+	// bucket, less once part of it has refilled.
+	if got := send(); got.RetryAfterMs != 125 {
+		t.Fatalf("retryAfterMs %d on an empty bucket, want 125", got.RetryAfterMs)
+	}
+	h.clock.Advance(100 * time.Millisecond)
+	if got := send(); got.Code != action.CodeRateLimited || got.RetryAfterMs != 25 {
+		t.Fatalf("100 ms later: %+v, want rate_limited with retryAfterMs 25", got)
+	}
+	h.clock.Advance(25 * time.Millisecond)
 	accept(1)
 	h.clock.Advance(time.Second)
 	accept(8)
@@ -158,7 +167,7 @@ func TestRateLimit(t *testing.T) {
 	// Refill stops at the burst.
 	h.clock.Advance(time.Hour)
 	accept(16)
-	if st := h.d.Stats(); st.Rejected[action.CodeRateLimited] != 6 {
+	if st := h.d.Stats(); st.Rejected[action.CodeRateLimited] != 8 {
 		t.Fatalf("rate_limited count %d", st.Rejected[action.CodeRateLimited])
 	}
 }
