@@ -67,7 +67,7 @@ func TestHardwareEncoderFallsBack(t *testing.T) {
 					continue
 				}
 				mu.Lock()
-				if len(encoders) == 0 || encoders[len(encoders)-1] != pl.Encoder {
+				if pl.Encoder != "" && (len(encoders) == 0 || encoders[len(encoders)-1] != pl.Encoder) {
 					encoders = append(encoders, pl.Encoder)
 				}
 				if pl.EncoderFallback != "" {

@@ -35,6 +35,7 @@ func TestSystemdNotify(t *testing.T) {
 			got <- string(b[:n])
 		}
 	}()
+	var a *harness.Appliance
 	wait := func(want string, within time.Duration) {
 		t.Helper()
 		deadline := time.After(within)
@@ -48,14 +49,15 @@ func TestSystemdNotify(t *testing.T) {
 					return
 				}
 			case <-deadline:
-				t.Fatalf("no %q within %v", want, within)
+				t.Fatalf("no %q within %v\n%s", want, within, a.LogTail(3000))
 			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// WatchdogSec=1s: a ping every 500 ms.
-	a, err := harness.StartWith(ctx, t.TempDir(), harness.Options{Env: []string{"NOTIFY_SOCKET=" + path, "WATCHDOG_USEC=1000000"}},
+	// WatchdogSec=2s: a ping every second (each liveness check may take up
+	// to a second: a loaded CI box must not miss them all).
+	a, err = harness.StartWith(ctx, t.TempDir(), harness.Options{Env: []string{"NOTIFY_SOCKET=" + path, "WATCHDOG_USEC=2000000"}},
 		"sessions.openDefault=false")
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +65,7 @@ func TestSystemdNotify(t *testing.T) {
 	t.Cleanup(func() { _ = a.Stop(10 * time.Second) })
 	wait("READY=1", 30*time.Second)
 	for i := 0; i < 3; i++ {
-		wait("WATCHDOG=1", 5*time.Second)
+		wait("WATCHDOG=1", 10*time.Second)
 	}
 	if err := a.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)

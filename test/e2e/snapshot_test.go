@@ -34,15 +34,19 @@ func TestSnapshotPushed(t *testing.T) {
 		Revision uint64
 		Session  struct{ ID, State, Title string }
 	}
+	var seen []string // the titles pushed, for a failure's message
 	next := func(cond func(snap) bool) snap {
 		t.Helper()
 		for {
 			_, b, err := ws.Read(ctx)
 			if err != nil {
-				t.Fatalf("read: %v", err)
+				t.Fatalf("read: %v (titles pushed: %q)\n%s", err, seen, a.LogTail(3000))
 			}
 			var m snap
 			_ = json.Unmarshal(b, &m)
+			if m.Type == "snapshot" {
+				seen = append(seen, m.Session.Title)
+			}
 			if m.Type == "snapshot" && cond(m) {
 				return m
 			}
