@@ -54,20 +54,7 @@ type Page struct {
 
 // NewPage opens an isolated page and waits until o.URL has loaded.
 func (b *Browser) NewPage(ctx context.Context, o PageOptions) (*Page, error) {
-	select {
-	case <-b.done:
-		return nil, fmt.Errorf("browser: new page: %w", b.err)
-	case <-b.closing:
-		return nil, fmt.Errorf("browser: new page: %w", ErrClosed)
-	default:
-	}
-	if o.Width == 0 {
-		o.Width = defaultWidth
-	}
-	if o.Height == 0 {
-		o.Height = defaultHeight
-	}
-	if err := checkSize(o.Width, o.Height); err != nil {
+	if err := b.prepare(&o); err != nil {
 		return nil, fmt.Errorf("browser: new page: %w", err)
 	}
 
@@ -116,6 +103,25 @@ func (b *Browser) NewPage(ctx context.Context, o PageOptions) (*Page, error) {
 		return nil, fmt.Errorf("browser: new page: %w", err)
 	}
 	return p, nil
+}
+
+// prepare checks that the browser still runs and fills in o's default
+// size, which must be within bounds.
+func (b *Browser) prepare(o *PageOptions) error {
+	select {
+	case <-b.done:
+		return b.err
+	case <-b.closing:
+		return ErrClosed
+	default:
+	}
+	if o.Width == 0 {
+		o.Width = defaultWidth
+	}
+	if o.Height == 0 {
+		o.Height = defaultHeight
+	}
+	return checkSize(o.Width, o.Height)
 }
 
 // track registers p with the browser (Close detaches it), unless the

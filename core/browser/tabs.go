@@ -17,20 +17,7 @@ import (
 // the context's). Close of the returned page closes its target only, never
 // its BrowserContext.
 func (b *Browser) AttachPage(ctx context.Context, targetID string, o PageOptions) (*Page, error) {
-	select {
-	case <-b.done:
-		return nil, fmt.Errorf("browser: attach page: %w", b.err)
-	case <-b.closing:
-		return nil, fmt.Errorf("browser: attach page: %w", ErrClosed)
-	default:
-	}
-	if o.Width == 0 {
-		o.Width = defaultWidth
-	}
-	if o.Height == 0 {
-		o.Height = defaultHeight
-	}
-	if err := checkSize(o.Width, o.Height); err != nil {
+	if err := b.prepare(&o); err != nil {
 		return nil, fmt.Errorf("browser: attach page: %w", err)
 	}
 	info, err := cdp.Call(ctx, b.cdpBrowser, target.GetTargetInfo, target.GetTargetInfoParams{TargetID: target.ID(targetID)})
@@ -63,13 +50,7 @@ func (b *Browser) AttachPage(ctx context.Context, targetID string, o PageOptions
 // gets no frames), and attaches to it as AttachPage does. Its Close closes
 // the tab only.
 func (b *Browser) NewTab(ctx context.Context, browserContextID string, o PageOptions) (*Page, error) {
-	if o.Width == 0 {
-		o.Width = defaultWidth
-	}
-	if o.Height == 0 {
-		o.Height = defaultHeight
-	}
-	if err := checkSize(o.Width, o.Height); err != nil {
+	if err := b.prepare(&o); err != nil {
 		return nil, fmt.Errorf("browser: new tab: %w", err)
 	}
 	yes := true
