@@ -405,25 +405,30 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 		case <-idle.c():
 			repeat = true
 		}
-		if wait := interval - time.Since(lastEncode); wait > 0 && !p.keyframe.Load() {
+		// Only new pictures pace each other: a new one right after an idle
+		// repeat goes out at once (input-to-picture latency).
+		if wait := interval - time.Since(lastEncode); wait > 0 && !p.keyframe.Load() && !repeat {
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-time.After(wait):
 			}
 		}
-		lastEncode = time.Now()
+		now := time.Now()
+		if !repeat {
+			lastEncode = now
+		}
 		target := int(p.targetKbps.Load())
 		if want := resolutionStep(target); want == step {
 			stepSince = time.Time{}
 		} else if stepSince.IsZero() {
-			stepSince = lastEncode
-		} else if lastEncode.Sub(stepSince) >= rescaleAfter {
+			stepSince = now
+		} else if now.Sub(stepSince) >= rescaleAfter {
 			p.resStep.Store(int32(want))
 			p.s.log.Info("resolution step", "codec", p.codec, "targetKbps", target, "from", step, "to", want)
 			return errRescale
 		}
-		if kbps, ok := rates.next(target, lastEncode); ok {
+		if kbps, ok := rates.next(target, now); ok {
 			// Applied before the next frame (FFmpeg reopens the encoder).
 			if err := st.Control(encoder.Control{BitrateKbps: kbps}); err != nil {
 				p.s.log.Debug("encoder bitrate", "kbps", kbps, "err", err)
@@ -432,6 +437,9 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 		f := p.slot.take()
 		force := p.keyframe.Swap(false)
 		if f != nil {
+			if repeat { // a new picture came with the repeat's turn
+				repeat, lastEncode = false, now
+			}
 			idle.changed()
 		} else {
 			if !force && !repeat {
