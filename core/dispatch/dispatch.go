@@ -383,6 +383,9 @@ func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply 
 		return reject(action.CodeSeqGap, "controlSeq out of order: expected "+strconv.FormatUint(gen.lastControl+1, 10))
 	}
 	if stalePage(a, pageRev) {
+		if isRelease(a) {
+			gen.held.note(a, true, true) // the hold ended with its page (see finish)
+		}
 		return reject(action.CodeStalePage, "page changed (revision "+strconv.FormatUint(pageRev, 10)+"); observe again")
 	}
 	if a.Kind == action.KeyDown && !gen.held.hasKey(keyID(a)) && len(gen.held.keys) >= MaxHeldKeys {

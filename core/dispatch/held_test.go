@@ -320,3 +320,47 @@ func TestFinalAckNeverOvertakesAccepted(t *testing.T) {
 		t.Fatalf("acks %+v, want accepted then completed", got)
 	}
 }
+
+// TestStaleReleaseEndsTheHold: the page changed (a tab switch, which
+// releases what was held on the old page) between a pointer_down and its
+// pointer_up. The up is refused stale_page — there is nothing to lift on
+// the new page — but the hold ends with it, at submit or while queued,
+// instead of lasting until the watchdog.
+func TestStaleReleaseEndsTheHold(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.ex.page.Store(5)
+	p := h.d.Grant(KindHuman, "alice")
+	if got := final(t, h.ctl(p, 1, "d1", withPage(ptrDown(0.5, 0.5), 5))); got.Status != StatusCompleted {
+		t.Fatalf("pointer_down: %+v", got)
+	}
+	if st := h.d.Stats(); st.Held != 1 {
+		t.Fatalf("held %d after the down, want 1", st.Held)
+	}
+	h.ex.page.Store(6) // the tab switched
+	up := action.Action{Kind: action.PointerUp, X: 0.5, Y: 0.5, Button: "left", PageRevision: 5}
+	if got := first(t, h.ctl(p, 2, "u1", up)); got.Code != action.CodeStalePage {
+		t.Fatalf("stale pointer_up: %+v, want stale_page", got)
+	}
+	if st := h.d.Stats(); st.Held != 0 {
+		t.Fatalf("held %d after the stale release, want 0", st.Held)
+	}
+
+	// The same while queued: the page changes while the up waits.
+	if got := final(t, h.ctl(p, 2, "d2", withPage(ptrDown(0.5, 0.5), 6))); got.Status != StatusCompleted {
+		t.Fatalf("pointer_down: %+v", got)
+	}
+	unblock := h.ex.blockOn("https://slow.test/")
+	h.ctl(p, 3, "n", nav("https://slow.test/"))
+	h.waitStarted("https://slow.test/")
+	up.PageRevision = 6
+	queued := h.ctl(p, 4, "u2", up)
+	h.ex.page.Store(7)
+	unblock()
+	h.idle()
+	if got := final(t, queued); got.Code != action.CodeStalePage {
+		t.Fatalf("queued stale pointer_up: %+v, want stale_page", got)
+	}
+	if st := h.d.Stats(); st.Held != 0 {
+		t.Fatalf("held %d after the queued stale release, want 0", st.Held)
+	}
+}

@@ -182,6 +182,12 @@ func (d *Dispatcher) finish(it *item, res action.Result, err error, stale bool) 
 	if !silent {
 		d.cfg.Telemetry.ActionAcked(it.env.Action.Kind, time.Since(it.at))
 	}
+	if stale && isRelease(it.env.Action) {
+		// The page it was held on is gone (a page switch releases what was
+		// held there): the hold ends with it, or the producer would be
+		// thought to hold a button until the watchdog.
+		mayHave, surely = true, true
+	}
 	it.gen.held.note(it.env.Action, mayHave, surely)
 	if it.gen.ended {
 		// The generation ended while this ran: lift what it pressed now.
