@@ -115,11 +115,17 @@ func (r *Refs) Lookup(ref string, currentRevision int64) (*Element, error) {
 }
 
 // Snapshotter holds a Refs per page (keyed by target id). Call Forget when
-// a page closes.
+// a page closes; a page that closed unseen (a popup that closed itself) is
+// dropped once maxPages tables exist, least recently used first.
 type Snapshotter struct {
 	mu    sync.Mutex
 	pages map[string]*Refs
+	used  map[string]uint64 // when each table was last asked for, in ticks
+	tick  uint64
 }
+
+// maxPages bounds the tables a Snapshotter keeps.
+const maxPages = 256
 
 // NewSnapshotter returns an empty Snapshotter.
 func NewSnapshotter() *Snapshotter { return &Snapshotter{pages: map[string]*Refs{}} }
@@ -131,13 +137,33 @@ func (s *Snapshotter) Refs(p Page) *Refs {
 	if s.pages == nil {
 		s.pages = map[string]*Refs{}
 	}
+	if s.used == nil {
+		s.used = map[string]uint64{}
+	}
 	k := pageKey(p)
 	r := s.pages[k]
 	if r == nil {
+		if len(s.pages) >= maxPages {
+			s.evictLocked()
+		}
 		r = &Refs{}
 		s.pages[k] = r
 	}
+	s.tick++
+	s.used[k] = s.tick
 	return r
+}
+
+// evictLocked drops the least recently used table.
+func (s *Snapshotter) evictLocked() {
+	var oldest string
+	for k, t := range s.used {
+		if oldest == "" || t < s.used[oldest] {
+			oldest = k
+		}
+	}
+	delete(s.pages, oldest)
+	delete(s.used, oldest)
 }
 
 // Take snapshots p and makes it p's latest snapshot.
@@ -160,5 +186,6 @@ func (s *Snapshotter) Lookup(p Page, ref string, currentRevision int64) (*Elemen
 func (s *Snapshotter) Forget(p Page) {
 	s.mu.Lock()
 	delete(s.pages, pageKey(p))
+	delete(s.used, pageKey(p))
 	s.mu.Unlock()
 }
