@@ -96,7 +96,7 @@ func New(log *slog.Logger) *Capturer {
 	_, _ = rand.Read(b[:])
 	life, shutdown := context.WithCancel(context.Background())
 	return &Capturer{log: log, cfg: DefaultConfig(), streams: map[string]*stream{},
-		marker: "tabcast-capture-" + hex.EncodeToString(b[:]), life: life, shutdown: shutdown}
+		marker: capture.PickerTitlePrefix + hex.EncodeToString(b[:]), life: life, shutdown: shutdown}
 }
 
 func (c *Capturer) Info(context.Context) (base.Info, error) {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/plugins/capture"
 )
 
 const (
@@ -539,7 +540,11 @@ func (e *Executor) refreshHistory() {
 	}
 	e.smu.Lock()
 	if h.CurrentIndex >= 0 && h.CurrentIndex < int64(len(h.Entries)) {
-		e.state.Title = h.Entries[h.CurrentIndex].Title
+		// A tab-capture start retitles the tab for a moment: keep showing
+		// the page's own title.
+		if t := h.Entries[h.CurrentIndex].Title; !strings.HasPrefix(t, capture.PickerTitlePrefix) {
+			e.state.Title = t
+		}
 	}
 	e.state.CanGoBack = h.CurrentIndex > 0
 	e.state.CanGoForward = h.CurrentIndex < int64(len(h.Entries))-1

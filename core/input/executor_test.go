@@ -564,3 +564,19 @@ func TestCloseNoLeak(t *testing.T) {
 }
 
 func nan() float64 { return math.NaN() }
+
+// TestPickerTitleHidden: while a tab-capture start retitles the tab (the
+// browser's capture picker selects it by title), the page state keeps the
+// page's own title; a real new title shows.
+func TestPickerTitleHidden(t *testing.T) {
+	h := newHarness(t, testPolicy())
+	h.load("/a")
+	h.eventually("the title", func() bool { return h.ex.PageState().Title == "page a" })
+	h.eval(`document.title = "tabcast-capture-0123abcd"`, nil)
+	time.Sleep(2500 * time.Millisecond) // two title polls
+	if got := h.ex.PageState().Title; got != "page a" {
+		t.Fatalf("title %q while the tab carries the capture marker, want the page's own", got)
+	}
+	h.eval(`document.title = "renamed"`, nil)
+	h.eventually("the new title", func() bool { return h.ex.PageState().Title == "renamed" })
+}

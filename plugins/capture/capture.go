@@ -70,6 +70,12 @@ type Capturer interface {
 	Stream(ctx context.Context, target Target, send func(Frame) error) error
 }
 
+// PickerTitlePrefix starts the title a capture plugin may give a tab for a
+// moment while its capture starts (the browser's capture picker selects the
+// tab by title; the page's own title is restored right after). Hosts show
+// the page's title instead of one with this prefix.
+const PickerTitlePrefix = "tabcast-capture-"
+
 // StreamControl is a per-stream request from the core to a running Stream.
 type StreamControl struct {
 	// Keyframe asks for a keyframe as soon as possible.
