@@ -37,6 +37,7 @@ const ui = {
   forward: $("nav-forward"),
   reload: $("nav-reload"),
   address: $("address"),
+  tabs: $("tabs"),
   addressForm: $("address-form"),
   latencyAck: $("latency-ack"),
   latencyFrame: $("latency-frame"),
@@ -172,7 +173,52 @@ function showSnapshot(s) {
   ui.viewers.hidden = false;
   showViewerTable(s.viewerDetails);
   showHandoff(s);
+  showTabs(s);
 }
+
+// showTabs lists the session's tabs (a popup the page opened, or an agent's
+// tabs new) when there is more than one; picking one switches the session
+// to it, as an agent's tabs switch does. The list is fetched again only
+// when the snapshot's tab count, page or title changed.
+let tabsKey = "";
+async function showTabs(s) {
+  const n = s.tabs ?? 1;
+  const key = `${s.id}|${n}|${s.pageRevision ?? ""}|${s.url || ""}|${s.title || ""}`;
+  if (key === tabsKey) return;
+  tabsKey = key;
+  if (n < 2) {
+    ui.tabs.hidden = true;
+    ui.tabs.replaceChildren();
+    return;
+  }
+  try {
+    const r = await api("POST", `/api/v1/sessions/${encodeURIComponent(s.id)}/agent`, { command: "tabs" });
+    if (tabsKey !== key) return; // a newer snapshot is being shown
+    const tabs = Array.isArray(r.data?.tabs) ? r.data.tabs : [];
+    ui.tabs.replaceChildren(...tabs.map((t) => {
+      const o = document.createElement("option");
+      o.value = t.id;
+      o.textContent = (t.title || t.url || `tab ${t.index + 1}`).slice(0, 60);
+      o.selected = !!t.current;
+      return o;
+    }));
+    ui.tabs.hidden = tabs.length < 2;
+  } catch (err) {
+    ui.tabs.hidden = true; // no right to list them (e.g. watch-only)
+    tabcast.errors.push(`tabs: ${err.message || err}`);
+  }
+}
+
+ui.tabs.addEventListener("change", async () => {
+  const id = tabcast.session;
+  if (!id) return;
+  try {
+    await api("POST", `/api/v1/sessions/${encodeURIComponent(id)}/agent`, { command: "tabs", op: "switch", tabId: ui.tabs.value });
+  } catch (err) {
+    tabcast.errors.push(`tabs switch: ${err.message || err}`);
+  }
+  tabsKey = ""; // list them again with the next snapshot
+});
 
 // showViewerTable lists every viewer's transport from the snapshot: path
 // (relay or direct, udp or tcp), RTT and loss from its receiver reports,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -146,6 +147,34 @@ func TestPanelFollowsPopup(t *testing.T) {
 			t.Fatalf("snapshot title %q on the new tab", snap.Title)
 		}
 	}
+	// The panel lists the two tabs; a person picks one there.
+	pick := func(title string, want [3]int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => {
+				const s = document.querySelector('[data-testid="tabs"]');
+				const o = s && !s.hidden && [...s.options].find((o) => o.textContent === `+strconv.Quote(title)+`);
+				if (!o) return false;
+				s.value = o.value;
+				s.dispatchEvent(new Event('change'));
+				return true })()`))
+			if err == nil && ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				opts, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`[...document.querySelector('[data-testid="tabs"]').options].map((o) => o.textContent).join('|')`))
+				t.Fatalf("the panel's tab list has no %q (options %q, err %v)", title, opts, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if px, err := waitEval(bctx, centrePixel, near(want), 10*time.Second); err != nil {
+			t.Fatalf("picking tab %q in the panel: %v (pixel %v)\n%s", title, err, px, a.LogTail(3000))
+		}
+	}
+	pick("opener", [3]int{255, 0, 0})
+	pick("closer", [3]int{0, 0, 255})
+
 	start = time.Now()
 	click()
 	if px, err := waitEval(bctx, centrePixel, near([3]int{255, 0, 0}), 10*time.Second); err != nil {
