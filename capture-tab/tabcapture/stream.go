@@ -115,7 +115,7 @@ func (c *Capturer) Stream(ctx context.Context, t capture.Target, send func(captu
 	c.mu.Lock()
 	if _, dup := c.streams[t.SessionID]; dup {
 		c.mu.Unlock()
-		return fmt.Errorf("capture-tab: session %q is already streaming", t.SessionID)
+		return capture.AlreadyStreaming(t.SessionID)
 	}
 	c.streams[t.SessionID] = s
 	c.mu.Unlock()

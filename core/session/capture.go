@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/tabcast/tabcast/core/browser"
@@ -139,7 +138,7 @@ func (s *Session) tabCaptureLoop(ctx context.Context) {
 	// After a tab switch the plugin may still be ending the old tab's
 	// stream of this session: wait for it rather than fall back.
 	for deadline := time.Now().Add(3 * time.Second); err != nil && ctx.Err() == nil && time.Now().Before(deadline) &&
-		strings.Contains(status.Convert(err).Message(), "already streaming"); {
+		capture.IsAlreadyStreaming(err); {
 		select {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):

@@ -108,6 +108,19 @@ func IsUnimplemented(err error) bool {
 	return status.Code(err) == codes.Unimplemented
 }
 
+// AlreadyStreaming is the error a Capturer returns from Stream for a session
+// it still streams (its previous stream has not ended yet); it crosses the
+// plugin boundary as codes.AlreadyExists.
+func AlreadyStreaming(sessionID string) error {
+	return status.Errorf(codes.AlreadyExists, "session %q is already streaming", sessionID)
+}
+
+// IsAlreadyStreaming reports the error of AlreadyStreaming: worth a retry
+// once the previous stream has ended, not a capture failure.
+func IsAlreadyStreaming(err error) bool {
+	return status.Code(err) == codes.AlreadyExists
+}
+
 type server struct {
 	capturepb.UnimplementedCaptureServer
 	impl Capturer

@@ -69,3 +69,22 @@ func TestControlOptional(t *testing.T) {
 		t.Fatalf("Control error = %v, want the plugin's error", err)
 	}
 }
+
+type busyCapturer struct{ fakeCapturer }
+
+func (busyCapturer) Stream(_ context.Context, t Target, _ func(Frame) error) error {
+	return AlreadyStreaming(t.SessionID)
+}
+
+// TestAlreadyStreamingCrossesTheBoundary: a plugin's "still streaming this
+// session" reaches the host as itself (a retry, not a capture failure);
+// other errors do not read as it.
+func TestAlreadyStreamingCrossesTheBoundary(t *testing.T) {
+	err := dispense(t, busyCapturer{}).Stream(context.Background(), Target{SessionID: "s1"}, func(Frame) error { return nil })
+	if !IsAlreadyStreaming(err) {
+		t.Fatalf("Stream error %v, want IsAlreadyStreaming", err)
+	}
+	if IsAlreadyStreaming(errors.New("capture-tab: session \"s1\" is already streaming")) || IsAlreadyStreaming(nil) {
+		t.Fatal("a plain error reads as AlreadyStreaming")
+	}
+}
