@@ -500,7 +500,8 @@ const idleRefineFor = 3 * time.Second
 type idleRepeats struct {
 	every time.Duration // 0 = no repeats
 	left  int           // repeats still due since the last change
-	t     *time.Timer   // the next repeat, nil when none is due
+	t     *time.Timer   // one timer, re-armed (not re-made) per encode
+	armed bool          // t will fire a repeat
 }
 
 func (r *idleRepeats) init(fps int) {
@@ -516,28 +517,34 @@ func (r *idleRepeats) changed() {
 	}
 }
 
-// next arms the timer after an encode, while repeats are due.
+// next arms the timer after an encode, while repeats are due. (Since Go
+// 1.23 a Reset timer never delivers a value from before the Reset.)
 func (r *idleRepeats) next() {
 	r.stop()
 	if r.every == 0 || r.left <= 0 {
 		return
 	}
 	r.left--
-	r.t = time.NewTimer(r.every)
+	if r.t == nil {
+		r.t = time.NewTimer(r.every)
+	} else {
+		r.t.Reset(r.every)
+	}
+	r.armed = true
 }
 
 // c is the timer's channel, nil (never ready) when no repeat is due.
 func (r *idleRepeats) c() <-chan time.Time {
-	if r.t == nil {
+	if !r.armed {
 		return nil
 	}
 	return r.t.C
 }
 
 func (r *idleRepeats) stop() {
-	if r.t != nil {
+	if r.armed {
 		r.t.Stop()
-		r.t = nil
+		r.armed = false
 	}
 }
 
