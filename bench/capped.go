@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -55,9 +51,9 @@ func cappedBench(ctx context.Context, pageURL string) (*cappedReport, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "tcviewer")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/tabcast/tabcast/test/viewer/cmd/tcviewer").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build tcviewer: %v: %s", err, out)
+	bin, err := viewer.BuildCLI(ctx, dir)
+	if err != nil {
+		return nil, err
 	}
 	rep := &cappedReport{}
 	captures := []string{"cdp", "tab"}
@@ -85,17 +81,13 @@ func cappedRun(ctx context.Context, bin, pageURL, capture string, kbit int) (row
 			return err
 		}
 		tb.Cleanup(func() { os.RemoveAll(dir) })
-		a, err := harness.StartWith(ctx, dir, harness.Options{Listen: net.JoinHostPort(ns.HostIP, "0")}, "server.tls=on",
+		a, s, err := harness.StartOnLAN(ctx, dir, ns.HostIP,
 			"webrtc.interfaces="+ns.HostIf, "video.capture="+capture, "video.bitrateKbps=2500", "video.fps=24",
 			"browser.startURL="+pageURL, "input.allowLoopbackHosts=127.0.0.1")
 		if err != nil {
 			return err
 		}
 		tb.Cleanup(func() { _ = a.Stop(10 * time.Second) })
-		s, err := a.DefaultSession(ctx)
-		if err != nil {
-			return err
-		}
 		if kbit > 0 {
 			ns.ShapeDir(tb, netns.Down, kbit, 0)
 		}
@@ -127,16 +119,15 @@ func cappedRun(ctx context.Context, bin, pageURL, capture string, kbit int) (row
 				}
 			}
 		}()
-		out, err := ns.Exec(ctx, bin, "--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8",
-			"--ca-file", filepath.Join(a.DataDir, "tls-cert.pem"), "--for", cappedWatch.String(), "--timeout", "60s").Output()
+		out, err := ns.Exec(ctx, bin, append(a.ViewerArgs(s.ID), "--for", cappedWatch.String(), "--timeout", "60s")...).Output()
 		stop()
 		<-sampled
 		if err != nil {
 			return fmt.Errorf("tcviewer: %w", err)
 		}
-		var r viewer.Result
-		if err := json.Unmarshal(out, &r); err != nil {
-			return fmt.Errorf("tcviewer output: %w", err)
+		r, err := viewer.DecodeCLI(out)
+		if err != nil {
+			return err
 		}
 		var frames, bytes, secs int
 		for i, sec := range r.Seconds {

@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
-	"net"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,13 +11,13 @@ import (
 	"github.com/tabcast/tabcast/test/viewer"
 )
 
-// tcviewerBin builds the command-line viewer (go's build cache makes the
-// second build cheap): a viewer that runs inside a network namespace.
+// tcviewerBin builds the command-line viewer: a viewer that runs inside a
+// network namespace.
 func tcviewerBin(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tcviewer")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/tabcast/tabcast/test/viewer/cmd/tcviewer").CombinedOutput(); err != nil {
-		t.Fatalf("build tcviewer: %v\n%s", err, out)
+	bin, err := viewer.BuildCLI(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -30,15 +27,11 @@ func tcviewerBin(t *testing.T) string {
 // session.
 func startOnNetns(ctx context.Context, t *testing.T, ns *netns.NS, sets ...string) (*harness.Appliance, harness.SessionSnapshot) {
 	t.Helper()
-	a, err := harness.StartWith(ctx, t.TempDir(), harness.Options{Listen: net.JoinHostPort(ns.HostIP, "0")}, append([]string{"server.tls=on"}, sets...)...)
+	a, s, err := harness.StartOnLAN(ctx, t.TempDir(), ns.HostIP, sets...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Stop(10 * time.Second) })
-	s, err := a.DefaultSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return a, s
 }
 
@@ -46,11 +39,9 @@ func startOnNetns(ctx context.Context, t *testing.T, ns *netns.NS, sets ...strin
 // a's certificate) with extra flags, and decodes its result.
 func watchFromNetns(ctx context.Context, t *testing.T, ns *netns.NS, bin string, a *harness.Appliance, s harness.SessionSnapshot, extra ...string) (viewer.Result, error) {
 	t.Helper()
-	args := append([]string{"--url", a.URL, "--token", a.Token, "--session", s.ID, "--codec", "vp8",
-		"--ca-file", filepath.Join(a.DataDir, "tls-cert.pem")}, extra...)
-	out, err := ns.Exec(ctx, bin, args...).Output()
-	var r viewer.Result
-	if jerr := json.Unmarshal(out, &r); jerr != nil && err == nil {
+	out, err := ns.Exec(ctx, bin, append(a.ViewerArgs(s.ID), extra...)...).Output()
+	r, jerr := viewer.DecodeCLI(out)
+	if jerr != nil && err == nil {
 		err = jerr
 	}
 	if ee, ok := err.(*exec.ExitError); ok {

@@ -110,28 +110,21 @@ var (
 	buildOnce sync.Once
 	buildBin  string
 	buildErr  error
-	buildOut  []byte
 )
 
 // tcviewerBinary builds cmd/tcviewer once per test binary.
 func tcviewerBinary(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal("go not in PATH: cannot build tcviewer")
-	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "tcviewer-")
 		if err != nil {
 			buildErr = err
 			return
 		}
-		buildBin = filepath.Join(dir, "tcviewer")
-		cmd := exec.Command(goBin, "build", "-o", buildBin, "./cmd/tcviewer")
-		buildOut, buildErr = cmd.CombinedOutput()
+		buildBin, buildErr = viewer.BuildCLI(context.Background(), dir)
 	})
 	if buildErr != nil {
-		t.Fatalf("go build ./cmd/tcviewer: %v\n%s", buildErr, buildOut)
+		t.Fatal(buildErr)
 	}
 	return buildBin
 }
