@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/chromedp/cdproto/page"
@@ -51,25 +50,11 @@ func cliBaseline(ctx context.Context, pageURL string, rs []codecResult) error {
 
 // screencastJPEGs captures n real screencast frames of pageURL at 1280x720.
 func screencastJPEGs(ctx context.Context, pageURL string, n int) ([][]byte, error) {
-	dir, err := os.MkdirTemp("", "tabcast-bench-chromium-")
+	bctx, done, err := benchChromium(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath("/usr/lib/chromium/chromium"), chromedp.Flag("headless", "new"),
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("hide-scrollbars", true), chromedp.UserDataDir(dir), chromedp.WindowSize(1280, 720),
-	}
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
+	defer done()
 	if err := chromedp.Do(bctx, chromedp.Navigate(pageURL)); err != nil {
 		return nil, err
 	}

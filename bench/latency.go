@@ -123,6 +123,7 @@ type latencyReport struct {
 	Method      string        `json:"method"`
 	Modes       []latencyMode `json:"modes"`
 	PointerCPU  *pointerCPU   `json:"pointerCpu,omitempty"`
+	Floor       *paintFloor   `json:"paintFloor,omitempty"`
 	LoadBefore  string        `json:"loadAverageBefore"`
 	LoadAfter   string        `json:"loadAverageAfter"`
 	WallSeconds float64       `json:"wallSeconds"`
@@ -171,6 +172,9 @@ func latencyBench(ctx context.Context) (*latencyReport, error) {
 		}
 	}
 	rep.Modes = append(rep.Modes, base)
+	if rep.Floor, err = measurePaintFloor(ctx, page.URL, latencyClicks); err != nil {
+		return rep, fmt.Errorf("paint floor: %w", err)
+	}
 	return rep, nil
 }
 
@@ -536,6 +540,19 @@ func printLatency(r *latencyReport) {
 		}
 		fmt.Printf("  targets %-10s p95 %.1f ms ≤ %d ms: %s; baseline/this %.2f× ≥ %.1f×: %s\n", m.Name, m.P95Ms, targetP95Ms,
 			verdict(m.P95Ms <= targetP95Ms), m.BaselineRatio, targetRatio, verdict(m.BaselineRatio >= targetRatio))
+	}
+	if f := r.Floor; f != nil {
+		fmt.Printf("\n  paint floor (CDP click straight into Chromium, no viewer, no network, no encoder; %d clicks, %d missed):\n", f.Clicks, f.Missed)
+		fmt.Printf("    click → compositor frame with the new colour p50 %.1f / p95 %.1f ms; → its JPEG in this process %.1f / %.1f ms\n",
+			f.SwapP50Ms, f.SwapP95Ms, f.ArriveP50Ms, f.ArriveP95Ms)
+		for _, m := range r.Modes {
+			if m.BaselineRatio > 0 {
+				base := m.P95Ms * m.BaselineRatio
+				fmt.Printf("    %.1f× the baseline's p95 (%.1f ms) needs p95 ≤ %.1f ms: %.1f ms under the floor's own p95\n",
+					targetRatio, base, base/targetRatio, f.SwapP95Ms-base/targetRatio)
+				break
+			}
+		}
 	}
 	if c := r.PointerCPU; c != nil {
 		fmt.Printf("\n  CPU %% of one core over %s, VP8 viewer: %-14s %12s %12s\n", c.Window, "", "core+plugins", "Chromium")

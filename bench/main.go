@@ -80,7 +80,7 @@ type report struct {
 func main() {
 	name := flag.String("name", "media-720p", "result name: bench/results/<name>.json")
 	dur := flag.Duration("for", 10*time.Second, "how long each codec is watched")
-	only := flag.String("only", "", "run only this part: latency, agent, turn, capped or media (writes bench/results/<part>.json)")
+	only := flag.String("only", "", "run only this part: latency, agent, turn, capped, media or floor (the paint floor alone, printed) (writes bench/results/<part>.json)")
 	flag.IntVar(&latencyClicks, "clicks", latencyClicks, "clicks measured per latency mode")
 	flag.Parse()
 	var err error
@@ -95,6 +95,8 @@ func main() {
 		err = run("media", *dur, true)
 	case "capped":
 		err = cappedOnly()
+	case "floor":
+		err = floorOnly()
 	default:
 		err = run(*name, *dur, false)
 	}
@@ -336,4 +338,18 @@ func cappedOnly() error {
 		return err
 	}
 	return os.WriteFile(filepath.Join("bench", "results", "capped.json"), append(b, '\n'), 0o644)
+}
+
+// floorOnly measures the paint floor alone (the latency part includes it).
+func floorOnly() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, latencyPage) }))
+	defer page.Close()
+	f, err := measurePaintFloor(ctx, page.URL, latencyClicks)
+	if err != nil {
+		return err
+	}
+	printLatency(&latencyReport{Clicks: latencyClicks, Floor: f})
+	return nil
 }

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/jpeg"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+)
+
+// paintFloor is what no live view can beat: the same clicks on the same
+// page dispatched straight into Chromium over CDP (no viewer, no network,
+// no encoder), timed to the compositor frame that shows the new colour.
+// Every path in the latency table (Tabcast's and the baseline's) pays this
+// before its own capture, transport and display costs.
+type paintFloor struct {
+	Clicks int `json:"clicks"`
+	Missed int `json:"missed"`
+	// Swap: CDP dispatch → the screencast frame's own timestamp (the
+	// compositor's frame, before JPEG encoding).
+	SwapP50Ms float64 `json:"inputToCompositorFrameP50Ms"`
+	SwapP95Ms float64 `json:"inputToCompositorFrameP95Ms"`
+	// Arrival: CDP dispatch → that frame's JPEG in this process.
+	ArriveP50Ms float64 `json:"inputToJpegInProcessP50Ms"`
+	ArriveP95Ms float64 `json:"inputToJpegInProcessP95Ms"`
+}
+
+// measurePaintFloor runs the floor on its own Chromium (the appliance's
+// flags, 1280x720) with the latency page.
+func measurePaintFloor(ctx context.Context, pageURL string, clicks int) (*paintFloor, error) {
+	bctx, done, err := benchChromium(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if err := chromedp.Do(bctx, chromedp.Navigate(pageURL)); err != nil {
+		return nil, err
+	}
+	if _, err := chromedp.Call(bctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{Width: 1280, Height: 720, DeviceScaleFactor: 1}); err != nil {
+		return nil, err
+	}
+	type frame struct {
+		id  int64
+		at  time.Time // arrival here
+		ts  time.Time // compositor frame time (metadata)
+		jpg []byte
+	}
+	events := make(chan frame, 8)
+	// The listener must not block or call CDP.
+	if err := chromedp.Listen(bctx, func(ev any) {
+		if f, ok := ev.(*page.EventScreencastFrame); ok {
+			fr := frame{id: f.SessionID, at: time.Now(), jpg: f.Data}
+			if f.Metadata != nil && f.Metadata.Timestamp > 0 {
+				sec := float64(f.Metadata.Timestamp)
+				fr.ts = time.Unix(0, int64(sec*1e9))
+			}
+			select {
+			case events <- fr:
+			default:
+			}
+		}
+	}); err != nil {
+		return nil, err
+	}
+	q := int64(80)
+	if _, err := chromedp.Call(bctx, page.StartScreencast, page.StartScreencastParams{
+		Format: page.StartScreencastFormatJpeg, Quality: &q, MaxWidth: 1280, MaxHeight: 720,
+	}); err != nil {
+		return nil, err
+	}
+	// colourOf acks the frame at once (as every screencast consumer here
+	// does) and classifies the square's centre.
+	colourOf := func(f frame) int {
+		_, _ = chromedp.Call(bctx, page.ScreencastFrameAck, page.ScreencastFrameAckParams{SessionID: f.id})
+		img, err := jpeg.Decode(bytes.NewReader(f.jpg))
+		if err != nil {
+			return 0
+		}
+		r, g, b, _ := img.At(300, 200).RGBA()
+		px := [3]int{int(r >> 8), int(g >> 8), int(b >> 8)}
+		switch {
+		case colourNear(px, colourA):
+			return 1
+		case colourNear(px, colourB):
+			return 2
+		}
+		return 0
+	}
+	mouse := func(t input.DispatchMouseEventType) error {
+		_, err := chromedp.Call(bctx, input.DispatchMouseEvent, input.DispatchMouseEventParams{
+			Type: t, X: 300, Y: 200, Button: input.MouseButtonLeft, Buttons: 1, ClickCount: 1,
+		})
+		return err
+	}
+	// The page starts with colour A; each mousedown flips it.
+	want := 2
+	var swaps, arrivals []float64
+	rep := &paintFloor{Clicks: clicks}
+	for i := 0; i < warmupClicks+clicks; i++ {
+		// Drain what is left of the last click's frames.
+		for drained := false; !drained; {
+			select {
+			case f := <-events:
+				colourOf(f)
+			default:
+				drained = true
+			}
+		}
+		t0 := time.Now()
+		if err := mouse(input.DispatchMouseEventTypeMousePressed); err != nil {
+			return rep, err
+		}
+		deadline := time.After(2 * time.Second)
+		var got *frame
+		for got == nil {
+			select {
+			case f := <-events:
+				if colourOf(f) == want {
+					got = &f
+				}
+			case <-deadline:
+				got = &frame{}
+			case <-ctx.Done():
+				return rep, ctx.Err()
+			}
+		}
+		if err := mouse(input.DispatchMouseEventTypeMouseReleased); err != nil {
+			return rep, err
+		}
+		want = 3 - want
+		if i >= warmupClicks {
+			if got.at.IsZero() {
+				rep.Missed++
+			} else {
+				arrivals = append(arrivals, ms(got.at.Sub(t0)))
+				if !got.ts.IsZero() {
+					swaps = append(swaps, ms(got.ts.Sub(t0)))
+				}
+			}
+		}
+		gap := time.Duration(clickGapMs-clickJitterMs+rand.IntN(2*clickJitterMs+1)) * time.Millisecond
+		select {
+		case <-time.After(gap):
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		}
+	}
+	rep.SwapP50Ms, rep.SwapP95Ms = r1(pct(swaps, 50)), r1(pct(swaps, 95))
+	rep.ArriveP50Ms, rep.ArriveP95Ms = r1(pct(arrivals, 50)), r1(pct(arrivals, 95))
+	return rep, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func colourNear(px, c [3]int) bool {
+	d := 0
+	for i := range px {
+		d += (px[i] - c[i]) * (px[i] - c[i])
+	}
+	return d < 40*40
+}
+
+// benchChromium starts a headless Chromium with the appliance's flags and a
+// fresh profile, for the parts of the bench that drive one directly.
+func benchChromium(ctx context.Context) (context.Context, func(), error) {
+	dir, err := os.MkdirTemp("", "tabcast-bench-chromium-")
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath("/usr/lib/chromium/chromium"), chromedp.Flag("headless", "new"),
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true), chromedp.UserDataDir(dir), chromedp.WindowSize(1280, 720),
+	}
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox)
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.WithoutCancel(ctx), opts...)
+	bctx, cancelB := chromedp.NewContext(actx)
+	done := func() {
+		cancelB()
+		cancelA()
+		os.RemoveAll(dir)
+	}
+	if err := chromedp.Do(bctx); err != nil {
+		done()
+		return nil, nil, fmt.Errorf("chromium: %w", err)
+	}
+	return bctx, done, nil
+}
