@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/tabcast/tabcast/encoder-ffmpeg/ffenc"
 	"github.com/tabcast/tabcast/plugins/encoder"
+	"github.com/tabcast/tabcast/test/harness"
 )
 
 // baselineFrames is how many screencast JPEGs both encoders get; several
@@ -50,7 +51,7 @@ func cliBaseline(ctx context.Context, pageURL string, rs []codecResult) error {
 
 // screencastJPEGs captures n real screencast frames of pageURL at 1280x720.
 func screencastJPEGs(ctx context.Context, pageURL string, n int) ([][]byte, error) {
-	bctx, done, err := benchChromium(ctx)
+	bctx, done, err := harness.StartChromium(false)
 	if err != nil {
 		return nil, err
 	}

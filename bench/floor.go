@@ -3,16 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"image/jpeg"
 	"math/rand/v2"
-	"os"
 	"time"
 
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/tabcast/tabcast/test/harness"
 )
 
 // paintFloor is what no live view can beat: the same clicks on the same
@@ -35,7 +34,7 @@ type paintFloor struct {
 // measurePaintFloor runs the floor on its own Chromium (the appliance's
 // flags, 1280x720) with the latency page.
 func measurePaintFloor(ctx context.Context, pageURL string, clicks int) (*paintFloor, error) {
-	bctx, done, err := benchChromium(ctx)
+	bctx, done, err := harness.StartChromium(false)
 	if err != nil {
 		return nil, err
 	}
@@ -165,35 +164,4 @@ func colourNear(px, c [3]int) bool {
 		d += (px[i] - c[i]) * (px[i] - c[i])
 	}
 	return d < 40*40
-}
-
-// benchChromium starts a headless Chromium with the appliance's flags and a
-// fresh profile, for the parts of the bench that drive one directly.
-func benchChromium(ctx context.Context) (context.Context, func(), error) {
-	dir, err := os.MkdirTemp("", "tabcast-bench-chromium-")
-	if err != nil {
-		return nil, nil, err
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath("/usr/lib/chromium/chromium"), chromedp.Flag("headless", "new"),
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("hide-scrollbars", true), chromedp.UserDataDir(dir), chromedp.WindowSize(1280, 720),
-	}
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.WithoutCancel(ctx), opts...)
-	bctx, cancelB := chromedp.NewContext(actx)
-	done := func() {
-		cancelB()
-		cancelA()
-		os.RemoveAll(dir)
-	}
-	if err := chromedp.Do(bctx); err != nil {
-		done()
-		return nil, nil, fmt.Errorf("chromium: %w", err)
-	}
-	return bctx, done, nil
 }

@@ -457,31 +457,7 @@ func leavePage(bctx context.Context) { _ = navigate(bctx, "about:blank") }
 // viewerChromium is headless Chromium acting as a person's browser, with
 // the flags the e2e tests use for a WebRTC viewer on this machine.
 func viewerChromium() (context.Context, func(), error) {
-	dir, err := os.MkdirTemp("", "tabcast-bench-viewer-")
-	if err != nil {
-		return nil, nil, err
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath("/usr/lib/chromium/chromium"), chromedp.Flag("headless", "new"),
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
-		chromedp.Flag("allow-loopback-in-peer-connection", true),
-		chromedp.Flag("disable-features", "WebRtcHideLocalIpsWithMdns"),
-		chromedp.UserDataDir(dir), chromedp.WindowSize(1280, 800),
-	}
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	bctx, cancelB := chromedp.NewContext(actx)
-	closeAll := func() { cancelB(); cancelA(); os.RemoveAll(dir) }
-	if err := chromedp.Do(bctx); err != nil {
-		closeAll()
-		return nil, nil, fmt.Errorf("viewer chromium: %w", err)
-	}
-	return bctx, closeAll, nil
+	return harness.StartChromium(true)
 }
 
 func loadAverage() string {

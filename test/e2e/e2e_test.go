@@ -109,32 +109,11 @@ func startWithSession(t *testing.T, startURL string, sets ...string) (*harness.A
 // viewerBrowser is headless Chromium acting as a person's browser.
 func viewerBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath("/usr/lib/chromium/chromium"),
-		chromedp.Flag("headless", "new"),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
-		// The appliance runs on this machine: let WebRTC use loopback and
-		// show real host candidates instead of mDNS names.
-		chromedp.Flag("allow-loopback-in-peer-connection", true),
-		chromedp.Flag("disable-features", "WebRtcHideLocalIpsWithMdns"),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 800),
-	}
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), append(opts, extra...)...)
-	ctx, cancelC := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelC(); cancelA() })
-	if err := chromedp.Do(ctx); err != nil {
+	ctx, stop, err := harness.StartChromium(true, extra...)
+	if err != nil {
 		t.Fatalf("viewer chromium: %v", err)
 	}
+	t.Cleanup(stop)
 	return ctx
 }
 
