@@ -38,6 +38,7 @@ Usage:
   tabcast backup  [-o FILE] [config flags]  (config, users, tokens, TLS, secrets)
   tabcast restore FILE [--dry-run] [--force]
   tabcast update apply|status|wait-ready|verify|keygen|pubkey|pack ... (A/B updates: see tabcast update --help)
+  tabcast firstboot apply|host-keys ...  (the image's unattended set-up: see tabcast firstboot --help)
   tabcast version
 `
 
@@ -73,6 +74,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdRestore(args[1:], stdout, stderr)
 	case "update":
 		return cmdUpdate(args[1:], stdout, stderr)
+	case "firstboot":
+		return cmdFirstboot(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "tabcast", version)
 		return 0

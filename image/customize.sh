@@ -67,13 +67,14 @@ printf '127.0.0.1\tlocalhost\n127.0.1.1\ttabcast\n::1\t\tlocalhost ip6-localhost
 echo uninitialized >"$root/etc/machine-id"
 rm -f "$root/var/lib/dbus/machine-id"
 ln -sf /etc/machine-id "$root/var/lib/dbus/machine-id"
-# Each appliance makes its own ssh host keys (ssh.service drop-in).
+# Each appliance makes its own ssh host keys, once, on the data partition
+# (tabcast firstboot host-keys: ssh.service drop-in, tabcast-system.service).
 rm -f "$root"/etc/ssh/ssh_host_*
 rm -f "$root/var/lib/systemd/random-seed" "$root/var/lib/systemd/credential.secret"
 
 log "units"
 in_root systemctl enable tabcast.service tabcast-etc.service tabcast-firstboot.service tabcast-console.service \
-	tabcast-boot-check.service nftables.service systemd-networkd.service systemd-resolved.service chrony.service
+	tabcast-boot-check.service tabcast-system.service nftables.service systemd-networkd.service systemd-resolved.service chrony.service
 in_root systemctl disable ssh.service
 # No login prompt on tty1: the console banner owns it (root is locked).
 in_root systemctl mask getty@tty1.service autovt@tty1.service
@@ -90,6 +91,7 @@ ln -sf ../run/systemd/resolve/stub-resolv.conf "$root/etc/resolv.conf"
 in_root systemd-analyze verify --man=no /etc/systemd/system/tabcast.service \
 	/etc/systemd/system/tabcast-firstboot.service /etc/systemd/system/tabcast-console.service \
 	/etc/systemd/system/tabcast-boot-check.service /etc/systemd/system/tabcast-etc.service \
+	/etc/systemd/system/tabcast-system.service \
 	2>&1 | sed 's/^/[customize] systemd-analyze: /' >&2 || true
 
 log "cleanup"

@@ -142,6 +142,35 @@ grep -q 'Type:' "$work/stat" && fail "rootA: ssh.service is enabled"
 dbg "$ROOTA" "ls /etc/ssh" >"$work/o" || true
 if grep -q 'ssh_host_' "$work/o"; then fail "rootA: ssh host keys baked into the image"; fi
 ok "rootA: ssh.service disabled, no ssh host keys"
+exists /etc/systemd/system/tabcast-system.service regular
+exists /etc/systemd/system/multi-user.target.wants/tabcast-system.service symlink
+dbg "$ROOTA" "cat /etc/systemd/system/tabcast-system.service" >"$work/unit"
+grep -q '^ExecStart=-/usr/lib/tabcast/tabcast firstboot apply --esp /efi ' "$work/unit" ||
+	fail "tabcast-system.service does not run '-tabcast firstboot apply --esp /efi' (must never fail the boot)"
+for u in tabcast-etc.service efi.mount; do
+	grep -q "^After=.*$u" "$work/unit" || fail "tabcast-system.service not After=$u"
+done
+for u in systemd-networkd.service chrony.service ssh.service tabcast.service; do
+	grep -q "^Before=.*$u" "$work/unit" || fail "tabcast-system.service not Before=$u"
+done
+for l in 'Type=oneshot' 'StandardOutput=journal+console' 'StandardError=journal+console' 'RequiresMountsFor=/var/lib/tabcast'; do
+	grep -qx "$l" "$work/unit" || fail "tabcast-system.service lacks $l"
+done
+ok "rootA: tabcast-system.service enabled (tabcast-firstboot.yaml on the ESP; never fails the boot; before networkd, chrony, ssh, tabcast)"
+exists /etc/ssh/sshd_config.d/tabcast.conf regular
+dbg "$ROOTA" "cat /etc/ssh/sshd_config.d/tabcast.conf" >"$work/o"
+for l in 'PasswordAuthentication no' 'PermitRootLogin prohibit-password' 'KbdInteractiveAuthentication no' \
+	'HostKey /etc/ssh/tabcast/ssh_host_ed25519_key' 'AuthorizedKeysFile /etc/ssh/tabcast/authorized_keys'; do
+	grep -qx "$l" "$work/o" || fail "sshd_config.d/tabcast.conf lacks $l"
+done
+dbg "$ROOTA" "cat /etc/ssh/sshd_config" >"$work/o2"
+grep -q '^Include /etc/ssh/sshd_config.d/\*.conf' "$work/o2" || fail "sshd_config does not include sshd_config.d"
+dbg "$ROOTA" "cat /etc/systemd/system/ssh.service.d/tabcast.conf" >"$work/o"
+grep -qx 'ExecStartPre=/usr/lib/tabcast/tabcast firstboot host-keys --state /var/lib/tabcast/etc --root /' "$work/o" ||
+	fail "ssh.service drop-in does not make the host keys with tabcast firstboot host-keys"
+grep -q 'ssh-keygen -A' "$work/o" && fail "ssh.service drop-in still runs ssh-keygen -A (keys in /etc/ssh are lost on update)"
+grep -q 'nft add element inet tabcast tcp_open { 22 }' "$work/o" || fail "ssh.service drop-in does not open 22/tcp"
+ok "rootA: sshd key-only for root, host keys and authorized_keys from /etc/ssh/tabcast (data partition copies)"
 dbg "$ROOTA" "cat /etc/shadow" >"$work/shadow"
 awk -F: '$1 == "root" {print $2}' "$work/shadow" >"$work/rootpw"
 case $(cat "$work/rootpw") in '!'*|'*'*) ;; *) fail "rootA: root password is not locked" ;; esac
