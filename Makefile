@@ -11,25 +11,37 @@ APT_PKGS := chromium libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
             libavfilter-dev libavdevice-dev libswresample-dev pkg-config ffmpeg \
             protobuf-compiler ca-certificates \
             iproute2 nftables iptables coturn
+# What `make image` and `make image-test` need besides: the image build's
+# tools (no loop devices, no mounts) and QEMU/OVMF for the boot test.
+IMAGE_PKGS := mmdebstrap fdisk e2fsprogs dosfstools mtools zstd \
+              qemu-system-x86 qemu-utils ovmf openssh-client
 # Package tests run one at a time: several suites start Chromium and encode
 # video, and on a 2-core box running them side by side only makes each
 # slower and their deadlines noisier.
 TESTFLAGS ?= -count=1 -p 1 -timeout 40m
 
-.PHONY: help deps build run test vet bench proto image image-test clean
+.PHONY: help deps image-deps build run test vet bench proto image image-test clean
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-7s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+# apt-install installs the Debian packages of $(1) that are missing.
+define apt-install
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "$@: all present"; exit 0; fi; \
+	cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$(echo $$missing)"; \
+	if [ "$$(id -u)" != 0 ]; then echo "$@: missing: $$missing"; echo "$@: run as root: $$cmd"; exit 1; fi; \
+	echo "$@: installing: $$missing"; eval "$$cmd"
+endef
 
 deps: ## install the Debian packages Tabcast needs (idempotent)
-	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
-	if [ -z "$$missing" ]; then echo "deps: all present"; exit 0; fi; \
-	cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$(echo $$missing)"; \
-	if [ "$$(id -u)" != 0 ]; then echo "deps: missing: $$missing"; echo "deps: run as root: $$cmd"; exit 1; fi; \
-	echo "deps: installing: $$missing"; eval "$$cmd"; \
-	if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled coturn >/dev/null 2>&1; then \
+	$(call apt-install,$(APT_PKGS))
+	@if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled coturn >/dev/null 2>&1; then \
 	  echo "deps: coturn is only the benchmark's baseline: stopping its service (it would hold 3478)"; \
 	  systemctl disable --now coturn >/dev/null 2>&1 || true; fi
+
+image-deps: ## install what the image build and its boot test need (idempotent)
+	$(call apt-install,$(IMAGE_PKGS))
 
 build: ## build tabcast and every plugin into bin/
 	@mkdir -p $(BIN)
@@ -42,6 +54,7 @@ run: deps build ## set up and start the appliance on its embedded defaults
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags imagetest ./test/image
 
 test: deps build vet ## set up and run every test (unit, plugin processes, end to end)
 	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) ./...
@@ -58,11 +71,12 @@ proto: ## regenerate the plugin protos (committed)
 	    --go-grpc_out=paths=source_relative:plugins/$$p/proto \
 	    plugins/$$p/proto/$$p.proto || exit 1; done
 
-image: build ## build the flashable appliance image (see image/README.md)
+image: deps image-deps build ## build the flashable appliance image (see image/README.md)
 	VERSION=$(VERSION) BIN=$(CURDIR)/$(BIN) OUT=$(CURDIR)/dist image/build.sh
 
-image-test: ## check the built image without booting it (image/test.sh)
+image-test: image ## build the image, check its files (image/test.sh), boot and update it in QEMU (test/image)
 	VERSION=$(VERSION) OUT=$(CURDIR)/dist image/test.sh
+	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) test -tags imagetest -count=1 -v -timeout 60m ./test/image
 
 clean:
 	rm -rf $(BIN) dist

@@ -19,8 +19,14 @@ VERSION=${VERSION:-$(git -C "$repo" describe --tags --always --dirty 2>/dev/null
 BIN=${BIN:-$repo/bin}
 OUT=${OUT:-$repo/dist}
 SUITE=${IMAGE_SUITE:-bookworm}
-MIRROR=${IMAGE_MIRROR:-http://deb.debian.org/debian}
-SECURITY_MIRROR=${IMAGE_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+# Mirrors: unset, the ones this machine's apt uses (its sources), so the
+# build goes where the machine is allowed to go.
+host_uri() { # $1: a suffix the URI ends with (/debian or /debian-security)
+	grep -hoE "https?://[^ ]+$1/?( |\$)" /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
+		/etc/apt/sources.list.d/*.list 2>/dev/null | head -n 1 | tr -d ' ' | sed 's#/$##' || true
+}
+MIRROR=${IMAGE_MIRROR:-$(host_uri /debian)}
+SECURITY_MIRROR=${IMAGE_SECURITY_MIRROR:-$(host_uri /debian-security)}
 # Components: non-free for intel-media-va-driver-non-free (Intel VA-API
 # *encoding*), non-free-firmware for the i915 GuC/HuC firmware it needs.
 # IMAGE_NONFREE=0 builds from main only (mesa-va-drivers + the free Intel
@@ -57,17 +63,12 @@ for b in tabcast capture-cdp capture-tab encoder-ffmpeg auth-local turnd; do
 done
 case $ROOT_B in empty|copy) ;; *) die "IMAGE_ROOT_B must be empty or copy" ;; esac
 
-# Host tools, from Debian (idempotent).
-need=()
-for pair in mmdebstrap:mmdebstrap sfdisk:fdisk mkfs.ext4:e2fsprogs mkfs.vfat:dosfstools \
-	mcopy:mtools zstd:zstd; do
-	command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+[ -n "$MIRROR" ] && [ -n "$SECURITY_MIRROR" ] || die "no Debian mirror in /etc/apt/sources*: set IMAGE_MIRROR and IMAGE_SECURITY_MIRROR"
+
+# Host tools: `make image` installs them first (make image-deps).
+for t in mmdebstrap sfdisk mkfs.ext4 mkfs.vfat mcopy zstd; do
+	command -v "$t" >/dev/null 2>&1 || die "$t missing: run make image-deps"
 done
-if [ ${#need[@]} -gt 0 ]; then
-	log "installing host tools: ${need[*]}"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
 
 # Deterministic GUIDs/UUIDs from a role name and the version (or, with a
 # second argument such as "layout" in place of the version, the same in
