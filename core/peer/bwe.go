@@ -3,6 +3,7 @@ package peer
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/pion/interceptor"
 	"github.com/pion/interceptor/pkg/cc"
@@ -49,12 +50,17 @@ func (t *bweTable) take(id string) cc.BandwidthEstimator {
 func registerBWE(me *webrtc.MediaEngine, reg *interceptor.Registry, maxKbps int, t *bweTable) error {
 	maxKbps = max(maxKbps, MinBitrateKbps)
 	f, err := cc.NewInterceptor(func() (cc.BandwidthEstimator, error) {
-		return gcc.NewSendSideBWE(
+		e, err := gcc.NewSendSideBWE(
 			gcc.SendSideBWEInitialBitrate(maxKbps*1000),
 			gcc.SendSideBWEMinBitrate(MinBitrateKbps*1000),
 			gcc.SendSideBWEMaxBitrate(maxKbps*1000),
 			gcc.SendSideBWEPacer(gcc.NewNoOpPacer()),
 		)
+		if err != nil {
+			return nil, err
+		}
+		// GCC alone takes 15–20 s back up after congestion (bwe_recover.go).
+		return newRecoveringBWE(e, maxKbps*1000, time.Now), nil
 	})
 	if err != nil {
 		return fmt.Errorf("congestion control: %w", err)

@@ -134,19 +134,34 @@ func TestBitrateFollowsTheLink(t *testing.T) {
 			if !stepped {
 				t.Errorf("the picture never stepped down from 1280x720 behind the cap")
 			}
-			// After the cap is lifted the target climbs again: above 400
-			// kbit/s within 18 s. (Measured: GCC's loss average decays for
-			// ~7 s, then the estimate grows ~20 % a second; the time back to
-			// the cap is logged above.)
+			// After the cap is lifted the target is back near the configured
+			// rate: GCC alone takes 16–20 s or more (its loss average decays,
+			// then it grows ≤ 8 %/s); the estimator's fast recovery
+			// (core/peer/bwe_recover.go) boosts it once the path is clean.
+			// The goal is 10 s, met in 9 of 12 runs (6.5–10.5 s, median
+			// 7.5 s: the session's 5 s resolution step and 4 s between
+			// encoder rate raises bound it), so the test holds it to 12 s.
+			const full = 2500
 			recovered := time.Duration(0)
 			for _, sm := range samples {
-				if sm.at > liftedAt && sm.target >= 400 && recovered == 0 {
+				if sm.at > liftedAt && sm.target*10 >= full*9 {
 					recovered = sm.at - liftedAt
+					break
 				}
 			}
-			t.Logf("%s: target above 400 kbit/s %v after the cap was lifted", capture, recovered.Round(100*time.Millisecond))
-			if recovered == 0 || recovered > 18*time.Second {
-				t.Errorf("the target did not climb above 400 kbit/s within 18 s of lifting the cap")
+			// Delivered kbit/s, mean over viewer seconds [from, to).
+			mean := func(from, to int) int {
+				sum, n := 0, 0
+				for i := from; i < min(to, len(kbps)); i++ {
+					sum, n = sum+kbps[i], n+1
+				}
+				return sum / max(n, 1)
+			}
+			t.Logf("%s: under the cap after %v; target at ≥ 90 %% of %d kbit/s %v after the cap was lifted; longest gap %v; delivered %d kbit/s under the cap (s%d–12), %d at the end (last 5 s)",
+				capture, settled.Round(100*time.Millisecond), full, recovered.Round(100*time.Millisecond), r.MaxGap.Round(time.Millisecond),
+				mean(settledSec, 13), settledSec, mean(len(kbps)-6, len(kbps)-1))
+			if recovered == 0 || recovered > 12*time.Second {
+				t.Errorf("the target was not back at 90 %% of %d kbit/s within 12 s of lifting the cap (took %v)", full, recovered)
 			}
 		})
 	}
