@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tabcast/tabcast/appliance/config"
@@ -124,8 +125,33 @@ func printInitialPassword(cfg *config.Config, started time.Time, stdout io.Write
 	if err != nil {
 		return
 	}
+	if stdoutIsJournal(stdout) {
+		fmt.Fprintf(stdout, "First start: a one-time admin password is in %s (the appliance's console shows it; you must change it at the first login).\n", path)
+		return
+	}
 	fmt.Fprintf(stdout, "First start: log in as admin with the one-time password %s (also in %s; you must change it at the first login).\n",
 		strings.TrimSpace(string(b)), path)
+}
+
+// stdoutIsJournal: under systemd a service's stdout can be the journal
+// (JOURNAL_STREAM names it by device and inode), which is a log that
+// support bundles and log shippers read: a password must not go there.
+func stdoutIsJournal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	js := os.Getenv("JOURNAL_STREAM")
+	if !ok || js == "" {
+		return false
+	}
+	var dev, ino uint64
+	if _, err := fmt.Sscanf(js, "%d:%d", &dev, &ino); err != nil {
+		return false
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && uint64(sys.Dev) == dev && uint64(sys.Ino) == ino
 }
 
 func (g *gate) openTLS(cfg *config.Config, stdout io.Writer) error {
