@@ -74,8 +74,10 @@ proto: ## regenerate the plugin protos (committed)
 image: deps image-deps build ## build the flashable appliance image (see image/README.md)
 	VERSION=$(VERSION) BIN=$(CURDIR)/$(BIN) OUT=$(CURDIR)/dist image/build.sh
 
-image-test: image ## build the image, check its files (image/test.sh), boot and update it in QEMU (test/image)
-	VERSION=$(VERSION) OUT=$(CURDIR)/dist image/test.sh
+# IMAGE_REUSE=1 tests the image built last instead of building one.
+image-test: ## build the image, check its files (image/test.sh), boot and update it in QEMU (test/image)
+	@if [ -z "$(IMAGE_REUSE)" ]; then $(MAKE) --no-print-directory image; else $(MAKE) --no-print-directory deps image-deps build; fi
+	OUT=$(CURDIR)/dist image/test.sh
 	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) test -tags imagetest -count=1 -v -timeout 60m ./test/image
 
 clean:
