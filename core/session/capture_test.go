@@ -37,8 +37,12 @@ func TestRateStep(t *testing.T) {
 		{1200 * time.Millisecond, 780, 0},   // a small move
 		{2 * time.Second, 1600, 0},          // up: only 4 s after the last change
 		{5200 * time.Millisecond, 1600, 1600},
-		{5300 * time.Millisecond, 150, 0},
-		{6300 * time.Millisecond, 150, 150},
+		{6 * time.Second, 2200, 0}, // climbing: the next raise after 2 s
+		{7300 * time.Millisecond, 2200, 2200},
+		{7400 * time.Millisecond, 150, 0},
+		{8400 * time.Millisecond, 150, 150},
+		{10 * time.Second, 1000, 0}, // up after a fall: 4 s again
+		{12500 * time.Millisecond, 1000, 1000},
 	}
 	for _, s := range steps {
 		got, ok := r.next(s.target, t0.Add(s.after))

@@ -172,11 +172,21 @@ func (p *pipeline) retargetLocked() {
 
 // rateStep decides whether to move the encoder from applied to target kbit/s
 // now: down quickly (the link is suffering), up slowly (each change reopens
-// an FFmpeg encoder and costs a keyframe), never for small moves.
+// an FFmpeg encoder and costs a keyframe), never for small moves. Once a
+// climb has begun the next raise comes sooner: the estimator only offers
+// more after the encoder has really sent more (bwe_recover.go grows to 3×
+// the send rate), so each raise is what unlocks the next.
 type rateStep struct {
 	applied int
 	at      time.Time
+	rising  bool // the last move was up
 }
+
+const (
+	rateDownAfter  = time.Second
+	rateUpAfter    = 4 * time.Second
+	rateClimbAfter = 2 * time.Second
+)
 
 func (r *rateStep) next(target int, now time.Time) (int, bool) {
 	if r.applied == 0 {
@@ -187,12 +197,14 @@ func (r *rateStep) next(target int, now time.Time) (int, bool) {
 	switch {
 	case diff == 0 || abs(diff)*100 < r.applied*15:
 		return 0, false
-	case diff < 0 && now.Sub(r.at) < time.Second:
+	case diff < 0 && now.Sub(r.at) < rateDownAfter:
 		return 0, false
-	case diff > 0 && now.Sub(r.at) < 4*time.Second:
+	case diff > 0 && !r.rising && now.Sub(r.at) < rateUpAfter:
+		return 0, false
+	case diff > 0 && r.rising && now.Sub(r.at) < rateClimbAfter:
 		return 0, false
 	}
-	r.applied, r.at = target, now
+	r.applied, r.at, r.rising = target, now, diff > 0
 	return target, true
 }
 
@@ -206,8 +218,13 @@ func abs(v int) int {
 // Resolution steps: under a low target the encoder gets a smaller picture
 // (720p → 540p → 360p for a 1280×720 viewport), whose frames, keyframes
 // above all, fit a poor link; a step is taken when the target has called
-// for it for rescaleAfter.
-const rescaleAfter = 5 * time.Second
+// for it for rescaleAfter (rescaleUpAfter back up: the estimator's target
+// only rises on a clean path, and the small picture caps what the encoder
+// sends, which in turn caps the estimate).
+const (
+	rescaleAfter   = 5 * time.Second
+	rescaleUpAfter = 3 * time.Second
+)
 
 // resolutionStep is the step (0 full, 1 three quarters, 2 half) for kbps.
 func resolutionStep(kbps int) int {
@@ -419,11 +436,15 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 			lastEncode = now
 		}
 		target := int(p.targetKbps.Load())
-		if want := resolutionStep(target); want == step {
+		want, wait := resolutionStep(target), rescaleAfter
+		if want < step { // back up to a larger picture
+			wait = rescaleUpAfter
+		}
+		if want == step {
 			stepSince = time.Time{}
 		} else if stepSince.IsZero() {
 			stepSince = now
-		} else if now.Sub(stepSince) >= rescaleAfter {
+		} else if now.Sub(stepSince) >= wait {
 			p.resStep.Store(int32(want))
 			p.s.log.Info("resolution step", "codec", p.codec, "targetKbps", target, "from", step, "to", want)
 			return errRescale

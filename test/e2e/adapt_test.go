@@ -138,9 +138,10 @@ func TestBitrateFollowsTheLink(t *testing.T) {
 			// rate: GCC alone takes 16–20 s or more (its loss average decays,
 			// then it grows ≤ 8 %/s); the estimator's fast recovery
 			// (core/peer/bwe_recover.go) boosts it once the path is clean.
-			// The goal is 10 s, met in 9 of 12 runs (6.5–10.5 s, median
-			// 7.5 s: the session's 5 s resolution step and 4 s between
-			// encoder rate raises bound it), so the test holds it to 12 s.
+			// The goal is 10 s: measured 6.5–8.5 s in 5 of 5 runs once a
+			// climb raises the encoder every 2 s and the picture steps back
+			// up after 3 s (before: 6.5–10.5 s, 9 of 12 within 10 s); the
+			// test leaves room for a loaded CI machine.
 			const full = 2500
 			recovered := time.Duration(0)
 			for _, sm := range samples {
