@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/appliance/firstboot"
 )
 
@@ -51,7 +53,7 @@ func cmdFirstboot(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tabcast firstboot: unexpected arguments: %v\n", fs.Args())
 		return 2
 	}
-	o := firstboot.Options{ESP: *esp, State: *state, Root: *root, Defaults: defaultConfig, Log: stdout}
+	o := firstboot.Options{ESP: *esp, State: *state, Root: *root, Defaults: defaultConfig, Log: stdout, Admin: authLocalAdmin{}}
 	// Live changes only to the running system's own root.
 	if filepath.Clean(*root) == "/" {
 		o.Hooks = firstboot.Hooks{
@@ -87,4 +89,42 @@ func cmdFirstboot(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "tabcast firstboot: no %s on %s; persisted settings re-applied\n", firstboot.FileName, *esp)
 	}
 	return 0
+}
+
+// authLocalAdmin hands the admin password hash to the auth-local plugin's
+// own command (its users file and hash format are its business), on stdin
+// so that it is never in a process list. The users file is written as the
+// owner of its directory (the tabcast user the plugin runs as).
+type authLocalAdmin struct{}
+
+func (authLocalAdmin) Check(hash string) error {
+	return runAuthLocal("check-hash", "", hash, "users", "check-hash")
+}
+
+func (authLocalAdmin) Set(usersFile, hash string) error {
+	return runAuthLocal("set-hash", filepath.Dir(usersFile), hash, "users", "--file", usersFile, "set-hash", "admin", "--role", "admin")
+}
+
+func runAuthLocal(what, asOwnerOf, stdin string, args ...string) error {
+	cfg, err := config.Load(config.Options{Defaults: defaultConfig, Environ: os.Environ()})
+	if err != nil {
+		cfg = &config.Config{} // the binary's own directory, as for a default config
+	}
+	dir, err := pluginsDir(cfg)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(dir, "auth-local"), args...)
+	cmd.Stdin = strings.NewReader(stdin + "\n")
+	if st, err := os.Stat(asOwnerOf); asOwnerOf != "" && err == nil && os.Geteuid() == 0 {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sys.Uid, Gid: sys.Gid}}
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		// auth-local never prints the hash.
+		return fmt.Errorf("auth-local users %s: %v: %s", what, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }

@@ -17,6 +17,8 @@ const usersUsage = `usage: auth-local users [--file FILE] COMMAND
   add NAME [--role admin|operator|viewer] [--password-stdin]
   passwd NAME [--password-stdin]
   del NAME
+  set-hash NAME [--role admin|operator|viewer]   (an argon2id hash on stdin; no forced change)
+  check-hash                                    (is the hash on stdin one this store accepts?)
 Without --password-stdin a random password is generated, printed once, and
 must be changed at the first login.
 `
@@ -31,12 +33,31 @@ func usersCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		fmt.Fprint(stderr, usersUsage)
 		return 2
 	}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	// One line from stdin: a password or a hash, never an argument (ps).
+	stdinLine := func() (string, error) {
+		line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return "", err
+		}
+		return strings.TrimRight(line, "\r\n"), nil
+	}
+	if cmd == "check-hash" {
+		h, err := stdinLine()
+		if err == nil {
+			err = users.CheckHash(h)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "auth-local users: check-hash:", err)
+			return 1
+		}
+		return 0
+	}
 	store, err := users.Open(*file)
 	if err != nil {
 		fmt.Fprintln(stderr, "auth-local users:", err)
 		return 1
 	}
-	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	sub := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	sub.SetOutput(stderr)
 	role := sub.String("role", users.RoleOperator, "role: admin, operator or viewer")
@@ -50,11 +71,8 @@ func usersCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	}
 	password := func() (string, bool, error) {
 		if *fromStdin {
-			line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
-			if err != nil && !errors.Is(err, io.EOF) {
-				return "", false, err
-			}
-			return strings.TrimRight(line, "\r\n"), false, nil
+			line, err := stdinLine()
+			return line, false, err
 		}
 		p, err := users.RandomPassword(20)
 		return p, true, err
@@ -97,6 +115,20 @@ func usersCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		} else {
 			fmt.Fprintf(stdout, "%s: password set\n", name)
 		}
+		return 0
+	case "set-hash":
+		if name == "" {
+			fmt.Fprint(stderr, usersUsage)
+			return 2
+		}
+		h, err := stdinLine()
+		if err == nil {
+			err = store.SetHash(name, *role, h)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "%s: password hash set\n", name)
 		return 0
 	case "del":
 		if name == "" {

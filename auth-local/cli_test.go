@@ -57,3 +57,42 @@ func TestUsersCommand(t *testing.T) {
 		t.Fatal("the last admin was deleted")
 	}
 }
+
+// TestSetHash: an unattended set-up hands over a hash (stdin), never the
+// password; a malformed one is refused without being echoed.
+func TestSetHash(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "users.yaml")
+	hash, err := users.HashPassword([]byte("the admin's password"), users.DefaultParams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := run(t, hash+"\n", "check-hash"); code != 0 {
+		t.Fatalf("check-hash of a good hash: %d %s", code, errs)
+	}
+	bad := "$argon2id$v=19$m=65536,t=2,p=2$c2FsdA$a2V5"
+	if _, errs, code := run(t, bad+"\n", "check-hash"); code != 1 || strings.Contains(errs, "c2FsdA") {
+		t.Fatalf("check-hash of a short salt/key: %d %q", code, errs)
+	}
+	if _, errs, code := run(t, bad+"\n", "--file", file, "set-hash", "admin", "--role", "admin"); code != 1 || strings.Contains(errs, "c2FsdA") {
+		t.Fatalf("set-hash of a bad hash: %d %q", code, errs)
+	}
+	if _, errs, code := run(t, hash+"\n", "--file", file, "set-hash", "admin", "--role", "admin"); code != 0 {
+		t.Fatalf("set-hash: %d %s", code, errs)
+	}
+	s, err := users.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, ok := s.Verify("admin", []byte("the admin's password"))
+	if !ok || u.Role != users.RoleAdmin || u.MustChangePassword {
+		t.Fatalf("admin after set-hash: %+v %v", u, ok)
+	}
+	// Again on an existing user: replaced, still one admin.
+	hash2, _ := users.HashPassword([]byte("another password"), users.DefaultParams)
+	if _, errs, code := run(t, hash2+"\n", "--file", file, "set-hash", "admin", "--role", "admin"); code != 0 {
+		t.Fatalf("set-hash again: %d %s", code, errs)
+	}
+	if _, ok := s.Verify("admin", []byte("another password")); !ok || len(s.List()) != 1 {
+		t.Fatalf("set-hash on an existing user: ok=%v users=%d", ok, len(s.List()))
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/tabcast/tabcast/plugins/atomicfile"
 )
 
 // owner is a uid/gid to give files; nil keeps the writer's.
@@ -38,42 +40,13 @@ func writeFile(path string, data []byte, perm os.FileMode, own *owner) (bool, er
 	if same(path, data, perm, own) {
 		return false, nil
 	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	name := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(name)
-		}
-	}()
-	if err := tmp.Chmod(perm); err != nil {
-		return false, fmt.Errorf("write %s: chmod: %w", path, err)
-	}
+	var err error
 	if own != nil {
-		if err := tmp.Chown(own.uid, own.gid); err != nil {
-			return false, fmt.Errorf("write %s: chown: %w", path, err)
-		}
+		err = atomicfile.WriteOwned(path, data, perm, own.uid, own.gid)
+	} else {
+		err = atomicfile.Write(path, data, perm)
 	}
-	if _, err := tmp.Write(data); err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return false, fmt.Errorf("write %s: fsync: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, fmt.Errorf("write %s: close: %w", path, err)
-	}
-	if err := os.Rename(name, path); err != nil {
-		return false, fmt.Errorf("write %s: rename: %w", path, err)
-	}
-	ok = true
-	syncDir(dir)
-	return true, nil
+	return err == nil, err
 }
 
 func same(path string, data []byte, perm os.FileMode, own *owner) bool {

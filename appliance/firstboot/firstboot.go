@@ -47,7 +47,20 @@ type Options struct {
 	// section is validated with the appliance's own loader.
 	Defaults []byte
 	Hooks    Hooks
-	Log      io.Writer // progress lines; nil discards
+	// Admin takes adminPasswordHash: the auth plugin owns its users file
+	// and hash format (the tabcast command runs `auth-local users`).
+	Admin AdminHash
+	Log   io.Writer // progress lines; nil discards
+}
+
+// AdminHash checks and sets the admin user's password hash.
+type AdminHash interface {
+	// Check reports whether hash is one the auth plugin accepts; the error
+	// never quotes it.
+	Check(hash string) error
+	// Set makes the user admin (role admin) with hash in usersFile, with
+	// no forced change.
+	Set(usersFile, hash string) error
 }
 
 func (o Options) logf(format string, args ...any) {

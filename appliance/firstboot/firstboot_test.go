@@ -45,6 +45,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.o = Options{ESP: e.esp, State: filepath.Join(dir, "state"), Root: filepath.Join(dir, "root"), Defaults: defaults}
+	e.o.Admin = storeAdmin{}
 	e.o.Hooks = Hooks{
 		SetHostname: func(n string) error { e.hostnames = append(e.hostnames, n); return nil },
 		StartSSH:    func() error { e.sshStarts++; return nil },
@@ -528,4 +529,18 @@ func TestRedact(t *testing.T) {
 	if got := redact("value other-secret-x here", []string{"other-secret-x"}); got != "value [redacted] here" {
 		t.Errorf("listed secret not redacted: %s", got)
 	}
+}
+
+// storeAdmin is the tabcast command's AdminHash (which runs `auth-local
+// users check-hash|set-hash`) on auth-local's own store, in process.
+type storeAdmin struct{}
+
+func (storeAdmin) Check(h string) error { return users.CheckHash(h) }
+
+func (storeAdmin) Set(file, h string) error {
+	s, err := users.Open(file)
+	if err != nil {
+		return err
+	}
+	return s.SetHash("admin", users.RoleAdmin, h)
 }

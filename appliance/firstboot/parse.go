@@ -152,11 +152,6 @@ func (f *File) validate() []error {
 			}
 		}
 	}
-	if f.AdminPasswordHash != "" {
-		if err := checkHash(f.AdminPasswordHash); err != nil {
-			bad("adminPasswordHash", "%v", err)
-		}
-	}
 	if f.SSH != nil {
 		for i, k := range f.SSH.AuthorizedKeys {
 			if err := checkAuthorizedKey(k); err != nil {

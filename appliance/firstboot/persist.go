@@ -1,16 +1,12 @@
 package firstboot
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/tabcast/tabcast/appliance/config"
 	"go.yaml.in/yaml/v3"
@@ -45,7 +41,15 @@ func prepare(o Options, data []byte) (*plan, error) {
 		return nil, perr
 	}
 	p, err := f.plan(o)
-	if err := errors.Join(perr, err); err != nil {
+	var herr error
+	if h := f.AdminPasswordHash; h != "" {
+		if o.Admin == nil {
+			herr = errors.New("adminPasswordHash: no auth plugin here takes a password hash")
+		} else if err := o.Admin.Check(h); err != nil {
+			herr = fmt.Errorf("adminPasswordHash: %w", err)
+		}
+	}
+	if err := errors.Join(perr, err, herr); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -197,84 +201,14 @@ func (p *plan) persist(o Options) ([]string, error) {
 		}
 	}
 	if f.AdminPasswordHash != "" {
-		if err := setAdminHash(p.usersFile, p.pwFile, f.AdminPasswordHash); err != nil {
-			return done, err
+		if err := o.Admin.Set(p.usersFile, f.AdminPasswordHash); err != nil {
+			return done, fmt.Errorf("admin password hash: %w", err)
+		}
+		// A one-time password made before (a box set up again) is void now.
+		if _, err := removeFile(p.pwFile); err != nil {
+			return done, fmt.Errorf("stale one-time password file: %w", err)
 		}
 		done = append(done, p.usersFile+" (admin)")
 	}
 	return done, nil
-}
-
-// userRecord and usersDoc are auth-local's users file format
-// (auth-local/users/store.go, read there with unknown fields refused).
-type userRecord struct {
-	Name       string    `yaml:"name"`
-	Role       string    `yaml:"role"`
-	Hash       string    `yaml:"hash"`
-	MustChange bool      `yaml:"must_change,omitempty"`
-	Updated    time.Time `yaml:"updated"`
-}
-
-type usersDoc struct {
-	Users []userRecord `yaml:"users"`
-}
-
-// setAdminHash makes the user admin (role admin) with the given hash, no
-// forced change. With a user present, auth-local's first start creates no
-// admin of its own, so no one-time password is generated or shown; a
-// one-time password file of an earlier start is removed, as it no longer
-// logs in. The write holds auth-local's lock (flock on <file>.lock).
-func setAdminHash(path, pwFile, hash string) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("users file: %w", err)
-	}
-	own := ownerOf(dir) // auth-local runs as tabcast: it must keep opening both files
-	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("users file lock: %w", err)
-	}
-	defer lock.Close()
-	if own != nil {
-		if err := lock.Chown(own.uid, own.gid); err != nil {
-			return fmt.Errorf("users file lock: %w", err)
-		}
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("users file lock: %w", err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing unlocks too
-
-	var doc usersDoc
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("read users file %s: %w", path, err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("parse users file %s: %w", path, err)
-	}
-	now := time.Now().UTC().Truncate(time.Second)
-	found := false
-	for i := range doc.Users {
-		if doc.Users[i].Name == "admin" {
-			doc.Users[i].Role, doc.Users[i].Hash, doc.Users[i].MustChange, doc.Users[i].Updated = "admin", hash, false, now
-			found = true
-		}
-	}
-	if !found {
-		doc.Users = append(doc.Users, userRecord{Name: "admin", Role: "admin", Hash: hash, Updated: now})
-	}
-	out, err := yaml.Marshal(doc)
-	if err != nil {
-		return fmt.Errorf("encode users file: %w", err)
-	}
-	if _, err := writeFile(path, out, 0o600, own); err != nil {
-		return err
-	}
-	if _, err := removeFile(pwFile); err != nil {
-		return fmt.Errorf("stale one-time password file: %w", err)
-	}
-	return nil
 }

@@ -1,45 +1,12 @@
 package firstboot
 
 import (
-	"encoding/base64"
-	"errors"
-	"fmt"
 	"regexp"
 	"sort"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
-
-// checkHash accepts what auth-local's users store verifies: a PHC argon2id
-// string ($argon2id$v=19$m=..,t=..,p=..$salt$key, unpadded base64) within
-// the same parameter bounds (auth-local/users/hash.go; its parser is
-// unexported and a plugin's, so it is mirrored, and the tests check the
-// result against auth-local's real code). Errors never quote the hash.
-func checkHash(s string) error {
-	bad := errors.New(`not an auth-local password hash (want "$argon2id$v=19$m=65536,t=2,p=2$<salt>$<key>", e.g. from a Tabcast's users.yaml)`)
-	parts := strings.Split(s, "$")
-	if len(parts) != 6 || parts[0] != "" || parts[1] != "argon2id" || parts[2] != "v=19" {
-		return bad
-	}
-	var m, t, p uint32
-	if n, err := fmt.Sscanf(parts[3], "m=%d,t=%d,p=%d", &m, &t, &p); err != nil || n != 3 ||
-		fmt.Sprintf("m=%d,t=%d,p=%d", m, t, p) != parts[3] {
-		return bad
-	}
-	if t < 1 || t > 16 || p < 1 || p > 16 || m < 8*p || m > 1<<20 {
-		return errors.New("argon2id parameters out of auth-local's bounds (t 1..16, p 1..16, m 8p..1048576 KiB)")
-	}
-	salt, err := base64.RawStdEncoding.DecodeString(parts[4])
-	if err != nil || len(salt) < 8 || len(salt) > 64 {
-		return bad
-	}
-	key, err := base64.RawStdEncoding.DecodeString(parts[5])
-	if err != nil || len(key) < 16 || len(key) > 64 {
-		return bad
-	}
-	return nil
-}
 
 // Patterns of secret material that may reach a message through a YAML
 // error before the file could be decoded.

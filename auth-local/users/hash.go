@@ -89,6 +89,13 @@ func parseHash(s string) (parsedHash, error) {
 	return parsedHash{p: Params{Memory: m, Time: t, Threads: p, SaltLen: len(salt), KeyLen: len(key)}, salt: salt, key: key}, nil
 }
 
+// CheckHash reports whether s is a hash this store accepts (PHC argon2id
+// within its parameter bounds). The error never quotes s.
+func CheckHash(s string) error {
+	_, err := parseHash(s)
+	return err
+}
+
 // VerifyPassword reports whether password matches the encoded hash, using
 // the parameters stored in it. A malformed hash never matches.
 func VerifyPassword(password []byte, encoded string) bool {

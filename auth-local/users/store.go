@@ -282,6 +282,29 @@ func (s *Store) SetPassword(name, password string, mustChange bool) error {
 	})
 }
 
+// SetHash creates user name with role, or updates it, with an already
+// hashed password (an unattended set-up hands one over, never the
+// password); no forced change at the next login.
+func (s *Store) SetHash(name, role, hash string) error {
+	if !ValidName(name) {
+		return ErrInvalidName
+	}
+	if !ValidRole(role) {
+		return ErrInvalidRole
+	}
+	if err := CheckHash(hash); err != nil {
+		return err
+	}
+	return s.mutate(func(us []record) ([]record, error) {
+		now := time.Now().UTC()
+		if i := slices.IndexFunc(us, func(r record) bool { return r.Name == name }); i >= 0 {
+			us[i].Role, us[i].Hash, us[i].MustChange, us[i].Updated = role, hash, false, now
+			return us, nil
+		}
+		return append(us, record{Name: name, Role: role, Hash: hash, Updated: now}), nil
+	})
+}
+
 // Delete removes a user. The last admin cannot be deleted.
 func (s *Store) Delete(name string) error {
 	return s.mutate(func(us []record) ([]record, error) {

@@ -14,6 +14,21 @@ import (
 // fsync and rename. The file has mode perm from the start; a missing
 // directory is created (0700).
 func Write(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, nil)
+}
+
+// WriteOwned is Write for a file that must belong to uid:gid from the start
+// (a root-run tool writing a service user's file).
+func WriteOwned(path string, data []byte, perm os.FileMode, uid, gid int) error {
+	return write(path, data, perm, func(f *os.File) error {
+		if err := f.Chown(uid, gid); err != nil {
+			return fmt.Errorf("write %s: chown: %w", path, err)
+		}
+		return nil
+	})
+}
+
+func write(path string, data []byte, perm os.FileMode, prepare func(*os.File) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -32,6 +47,11 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	}()
 	if err := tmp.Chmod(perm); err != nil {
 		return fmt.Errorf("write %s: chmod: %w", path, err)
+	}
+	if prepare != nil {
+		if err := prepare(tmp); err != nil {
+			return err
+		}
 	}
 	if _, err := tmp.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
