@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/tabcast/tabcast/encoder-ffmpeg/ffenc"
 	"github.com/tabcast/tabcast/plugins/encoder"
@@ -59,26 +58,8 @@ func screencastJPEGs(ctx context.Context, pageURL string, n int) ([][]byte, erro
 	if err := chromedp.Do(bctx, chromedp.Navigate(pageURL)); err != nil {
 		return nil, err
 	}
-	type frame struct {
-		id   int64
-		data []byte
-	}
-	events := make(chan frame, 8)
-	// The listener must not block or call CDP: hand frames to this goroutine.
-	if err := chromedp.Listen(bctx, func(ev any) {
-		if f, ok := ev.(*page.EventScreencastFrame); ok {
-			select {
-			case events <- frame{f.SessionID, f.Data}:
-			default: // full: this frame stays unacked and Chromium sends the newest later
-			}
-		}
-	}); err != nil {
-		return nil, err
-	}
-	q := int64(80)
-	if _, err := chromedp.Call(bctx, page.StartScreencast, page.StartScreencastParams{
-		Format: page.StartScreencastFormatJpeg, Quality: &q, MaxWidth: 1280, MaxHeight: 720,
-	}); err != nil {
+	events, err := startScreencast(bctx)
+	if err != nil {
 		return nil, err
 	}
 	frames := make(chan []byte, n)
@@ -88,9 +69,9 @@ func screencastJPEGs(ctx context.Context, pageURL string, n int) ([][]byte, erro
 			case <-bctx.Done():
 				return
 			case f := <-events:
-				_, _ = chromedp.Call(bctx, page.ScreencastFrameAck, page.ScreencastFrameAckParams{SessionID: f.id})
+				ackScreencast(bctx, f)
 				select {
-				case frames <- f.data:
+				case frames <- f.jpeg:
 				default:
 				}
 			}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/input"
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/tabcast/tabcast/test/harness"
 )
@@ -45,40 +44,15 @@ func measurePaintFloor(ctx context.Context, pageURL string, clicks int) (*paintF
 	if _, err := chromedp.Call(bctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{Width: 1280, Height: 720, DeviceScaleFactor: 1}); err != nil {
 		return nil, err
 	}
-	type frame struct {
-		id  int64
-		at  time.Time // arrival here
-		ts  time.Time // compositor frame time (metadata)
-		jpg []byte
-	}
-	events := make(chan frame, 8)
-	// The listener must not block or call CDP.
-	if err := chromedp.Listen(bctx, func(ev any) {
-		if f, ok := ev.(*page.EventScreencastFrame); ok {
-			fr := frame{id: f.SessionID, at: time.Now(), jpg: f.Data}
-			if f.Metadata != nil && f.Metadata.Timestamp > 0 {
-				sec := float64(f.Metadata.Timestamp)
-				fr.ts = time.Unix(0, int64(sec*1e9))
-			}
-			select {
-			case events <- fr:
-			default:
-			}
-		}
-	}); err != nil {
-		return nil, err
-	}
-	q := int64(80)
-	if _, err := chromedp.Call(bctx, page.StartScreencast, page.StartScreencastParams{
-		Format: page.StartScreencastFormatJpeg, Quality: &q, MaxWidth: 1280, MaxHeight: 720,
-	}); err != nil {
+	events, err := startScreencast(bctx)
+	if err != nil {
 		return nil, err
 	}
 	// colourOf acks the frame at once (as every screencast consumer here
 	// does) and classifies the square's centre.
-	colourOf := func(f frame) int {
-		_, _ = chromedp.Call(bctx, page.ScreencastFrameAck, page.ScreencastFrameAckParams{SessionID: f.id})
-		img, err := jpeg.Decode(bytes.NewReader(f.jpg))
+	colourOf := func(f screencastFrame) int {
+		ackScreencast(bctx, f)
+		img, err := jpeg.Decode(bytes.NewReader(f.jpeg))
 		if err != nil {
 			return 0
 		}
@@ -117,7 +91,7 @@ func measurePaintFloor(ctx context.Context, pageURL string, clicks int) (*paintF
 			return rep, err
 		}
 		deadline := time.After(2 * time.Second)
-		var got *frame
+		var got *screencastFrame
 		for got == nil {
 			select {
 			case f := <-events:
@@ -125,7 +99,7 @@ func measurePaintFloor(ctx context.Context, pageURL string, clicks int) (*paintF
 					got = &f
 				}
 			case <-deadline:
-				got = &frame{}
+				got = &screencastFrame{}
 			case <-ctx.Done():
 				return rep, ctx.Err()
 			}
