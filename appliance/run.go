@@ -497,6 +497,7 @@ func (m mediaAdapter) ViewerReport(v signaling.ViewerReport) {
 	m.s.ViewerReport(session.ViewerInfo{
 		Peer: v.Peer, User: v.User, Codec: v.Codec, Interactive: v.Interactive, Path: v.Path, Protocol: v.Protocol,
 		RTTMs: float64(v.RTT.Microseconds()) / 1000, LossPct: 100 * v.FractionLost, EstimateKbps: v.EstimateBps / 1000,
+		SteadyKbps: v.SteadyBps / 1000,
 	})
 }
 

@@ -83,3 +83,14 @@ func (p *Peer) TargetBitrate() int {
 	}
 	return p.bwe.GetTargetBitrate()
 }
+
+// SteadyBitrate is the estimate without the fast-recovery boost (GCC's
+// own): what the path has shown it carries. Decisions that cost the
+// picture (a smaller size, leaving tab capture) follow it, so that a probe
+// of a few hundred milliseconds does not undo them.
+func (p *Peer) SteadyBitrate() int {
+	if w, ok := p.bwe.(*recoveringBWE); ok {
+		return w.inner.GetTargetBitrate()
+	}
+	return p.TargetBitrate()
+}

@@ -59,25 +59,32 @@ func TestViewerRatesPickTheWeakest(t *testing.T) {
 	m := &Manager{}
 	m.vid.Store(&Video{BitrateKbps: 2500})
 	s := &Session{m: m}
-	p := &pipeline{s: s, rates: map[string]int{}}
+	p := &pipeline{s: s, rates: map[string]viewerRate{}}
 	p.targetKbps.Store(2500)
-	p.setViewerRate("a", 3_000_000)
+	p.setViewerRate("a", 3_000_000, 0)
 	if got := p.targetKbps.Load(); got != 2500 {
 		t.Errorf("one fast viewer: %d, want the configured 2500", got)
 	}
-	p.setViewerRate("b", 900_000)
+	p.setViewerRate("b", 900_000, 0)
 	if got := p.targetKbps.Load(); got != 900 {
 		t.Errorf("a slow viewer joins: %d, want 900", got)
 	}
-	p.setViewerRate("c", 20_000)
+	p.setViewerRate("c", 20_000, 0)
 	if got := p.targetKbps.Load(); got != minTargetKbps {
 		t.Errorf("a hopeless viewer: %d, want the floor %d", got, minTargetKbps)
 	}
-	p.setViewerRate("c", 0)
-	p.setViewerRate("b", 0)
+	p.setViewerRate("c", 0, 0)
+	p.setViewerRate("b", 0, 0)
 	if got := p.targetKbps.Load(); got != 2500 {
 		t.Errorf("slow viewers left: %d, want 2500", got)
 	}
+	// A viewer whose estimate is boosted (fast recovery): the steady target
+	// stays at what GCC alone estimates.
+	p.setViewerRate("d", 2_000_000, 700_000)
+	if got, steady := p.targetKbps.Load(), p.steadyKbps.Load(); got != 2000 || steady != 700 {
+		t.Errorf("boosted viewer: target %d steady %d, want 2000 and 700", got, steady)
+	}
+	p.setViewerRate("d", 0, 0)
 	// A config reload lowers the ceiling (SetVideo → retarget).
 	m.vid.Store(&Video{BitrateKbps: 1000})
 	p.retarget()

@@ -45,8 +45,9 @@ type pipeline struct {
 	// the encoder follows, the weakest viewer's within [MinBitrateKbps, the
 	// configured bitrate].
 	rateMu     sync.Mutex
-	rates      map[string]int
+	rates      map[string]viewerRate
 	targetKbps atomic.Int64
+	steadyKbps atomic.Int64 // targetKbps without recovery boosts: for steps down
 	resStep    atomic.Int32 // resolution step of the next encoder (see resolutionStep)
 	size       atomic.Value // string, the encoded picture size
 
@@ -78,8 +79,9 @@ func newPipeline(s *Session, codec string) (*pipeline, error) {
 	p.encoderName.Store("")
 	p.fallback.Store("")
 	p.size.Store("")
-	p.rates = map[string]int{}
+	p.rates = map[string]viewerRate{}
 	p.targetKbps.Store(int64(s.m.video().BitrateKbps))
+	p.steadyKbps.Store(int64(s.m.video().BitrateKbps))
 	return p, nil
 }
 
@@ -142,18 +144,24 @@ const (
 	tabLowFor  = time.Second
 )
 
-// setViewerRate records one viewer's estimate (0 = the viewer left) and
-// recomputes the target.
-func (p *pipeline) setViewerRate(viewer string, bps int) {
+// setViewerRate records one viewer's estimate and its steady part (0 =
+// the viewer left; steady 0 = the same as bps) and recomputes the targets.
+func (p *pipeline) setViewerRate(viewer string, bps, steadyBps int) {
 	p.rateMu.Lock()
 	defer p.rateMu.Unlock()
+	if steadyBps <= 0 || steadyBps > bps {
+		steadyBps = bps
+	}
 	if bps <= 0 {
 		delete(p.rates, viewer)
 	} else if _, known := p.rates[viewer]; known || len(p.rates) < 64 {
-		p.rates[viewer] = bps / 1000
+		p.rates[viewer] = viewerRate{bps / 1000, steadyBps / 1000}
 	}
 	p.retargetLocked()
 }
+
+// viewerRate is one viewer's estimate and its steady part, kbit/s.
+type viewerRate struct{ kbps, steady int }
 
 // retarget recomputes the target after the configured bitrate changed.
 func (p *pipeline) retarget() {
@@ -164,10 +172,12 @@ func (p *pipeline) retarget() {
 
 func (p *pipeline) retargetLocked() {
 	target := p.s.m.video().BitrateKbps
-	for _, k := range p.rates {
-		target = min(target, k)
+	steady := target
+	for _, r := range p.rates {
+		target, steady = min(target, r.kbps), min(steady, r.steady)
 	}
 	p.targetKbps.Store(int64(max(target, minTargetKbps)))
+	p.steadyKbps.Store(int64(max(steady, minTargetKbps)))
 }
 
 // rateStep decides whether to move the encoder from applied to target kbit/s
@@ -289,7 +299,8 @@ func (p *pipeline) passLoop(ctx context.Context, changed <-chan struct{}) error 
 			// rate, so a lost one freezes the picture for good. A viewer
 			// whose link stays poor moves the session to the screencast,
 			// whose encoder keeps small frames and regular keyframes.
-			if target >= tabLowKbps {
+			// The steady estimate: a recovery probe must not keep it here.
+			if int(p.steadyKbps.Load()) >= tabLowKbps {
 				lowSince = time.Time{}
 			} else if lowSince.IsZero() {
 				lowSince = now
@@ -407,7 +418,8 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 		seq        uint64
 		lastEncode time.Time
 		rates      = rateStep{applied: v.BitrateKbps, at: time.Now()}
-		stepSince  time.Time // since when the target has called for another step
+		stepSince  time.Time // since when the estimates have called for stepWant
+		stepWant   = step
 		idle       idleRepeats
 	)
 	idle.init(v.IdleFPS)
@@ -436,15 +448,17 @@ func (p *pipeline) encodeLoop(ctx context.Context) error {
 			lastEncode = now
 		}
 		target := int(p.targetKbps.Load())
-		want, wait := resolutionStep(target), rescaleAfter
-		if want < step { // back up to a larger picture
-			wait = rescaleUpAfter
+		// Smaller only on the steady estimate (a recovery probe must not
+		// keep the picture large on a poor link); larger on the target,
+		// whose probes are what finds the room for it.
+		want, wait := max(step, resolutionStep(int(p.steadyKbps.Load()))), rescaleAfter
+		if up := resolutionStep(target); up < step {
+			want, wait = up, rescaleUpAfter
 		}
-		if want == step {
-			stepSince = time.Time{}
-		} else if stepSince.IsZero() {
-			stepSince = now
-		} else if now.Sub(stepSince) >= wait {
+		if want != stepWant {
+			stepWant, stepSince = want, now
+		}
+		if want != step && now.Sub(stepSince) >= wait {
 			p.resStep.Store(int32(want))
 			p.s.log.Info("resolution step", "codec", p.codec, "targetKbps", target, "from", step, "to", want)
 			return errRescale

@@ -436,10 +436,12 @@ type ViewerInfo struct {
 	Protocol string `json:"protocol"`
 	// RTTMs and LossPct come from the viewer's RTCP receiver reports;
 	// EstimateKbps is the send-side bandwidth estimate for it.
-	RTTMs        float64   `json:"rttMs"`
-	LossPct      float64   `json:"lossPct"`
-	EstimateKbps int       `json:"estimateKbps"`
-	Updated      time.Time `json:"updated"`
+	RTTMs        float64 `json:"rttMs"`
+	LossPct      float64 `json:"lossPct"`
+	EstimateKbps int     `json:"estimateKbps"`
+	// SteadyKbps is the estimate without the recovery boost (peer.SteadyBitrate).
+	SteadyKbps int       `json:"steadyKbps"`
+	Updated    time.Time `json:"updated"`
 }
 
 // maxViewerInfos bounds the per-viewer table (MaxViewers bounds it first).
@@ -459,7 +461,7 @@ func (s *Session) ViewerReport(v ViewerInfo) {
 	}
 	s.mu.Unlock()
 	if p != nil && v.EstimateKbps > 0 {
-		p.setViewerRate(v.Peer, v.EstimateKbps*1000)
+		p.setViewerRate(v.Peer, v.EstimateKbps*1000, v.SteadyKbps*1000)
 	}
 }
 
@@ -470,7 +472,7 @@ func (s *Session) ViewerGone(codec, peer string) {
 	delete(s.viewerInfo, peer)
 	s.mu.Unlock()
 	if p != nil {
-		p.setViewerRate(peer, 0)
+		p.setViewerRate(peer, 0, 0)
 	}
 }
 

@@ -26,6 +26,7 @@ type ViewerReport struct {
 	RTT               time.Duration
 	FractionLost      float64
 	EstimateBps       int
+	SteadyBps         int // EstimateBps without the recovery boost
 }
 
 // viewerEvery is how often a viewer's transport is reported.
@@ -65,7 +66,7 @@ func (c *conn) reportViewer(vs ViewerSink, p *peer.Peer, codec string, interacti
 			vs.ViewerReport(ViewerReport{
 				Peer: p.ID(), User: c.viewer.Name, Codec: codec, Interactive: interactive,
 				Path: q.CandidateType, Protocol: q.Protocol, RTT: q.RTT, FractionLost: q.FractionLost,
-				EstimateBps: p.TargetBitrate(),
+				EstimateBps: p.TargetBitrate(), SteadyBps: p.SteadyBitrate(),
 			})
 		}
 	}

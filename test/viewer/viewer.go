@@ -77,6 +77,9 @@ type Second struct {
 	Frames    int `json:"frames"`
 	Keyframes int `json:"keyframes"`
 	Bytes     int `json:"bytes"`
+	// MaxGap is the longest wait for a frame that arrived in this second
+	// (the time since the frame before it).
+	MaxGap time.Duration `json:"maxGapNs,omitempty"`
 }
 
 // maxSeconds bounds Result.Seconds.
@@ -244,16 +247,19 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 				mu.Lock()
 				res.Frames++
 				res.Bytes += f.Size
+				var gap time.Duration
 				if res.Frames == 1 {
 					firstAt = f.Arrived
 				} else {
-					res.MaxGap = max(res.MaxGap, f.Arrived.Sub(lastAt))
+					gap = f.Arrived.Sub(lastAt)
+					res.MaxGap = max(res.MaxGap, gap)
 				}
 				lastAt = f.Arrived
 				if sec := int(f.Arrived.Sub(firstAt) / time.Second); sec < maxSeconds {
 					for len(res.Seconds) <= sec {
 						res.Seconds = append(res.Seconds, Second{})
 					}
+					res.Seconds[sec].MaxGap = max(res.Seconds[sec].MaxGap, gap)
 					res.Seconds[sec].Frames++
 					res.Seconds[sec].Bytes += f.Size
 					if f.Keyframe {
