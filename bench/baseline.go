@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/chromedp/chromedp"
 	"github.com/tabcast/tabcast/encoder-ffmpeg/ffenc"
 	"github.com/tabcast/tabcast/plugins/encoder"
-	"github.com/tabcast/tabcast/test/harness"
 )
 
 // baselineFrames is how many screencast JPEGs both encoders get; several
@@ -50,14 +48,11 @@ func cliBaseline(ctx context.Context, pageURL string, rs []codecResult) error {
 
 // screencastJPEGs captures n real screencast frames of pageURL at 1280x720.
 func screencastJPEGs(ctx context.Context, pageURL string, n int) ([][]byte, error) {
-	bctx, done, err := harness.StartChromium(false)
+	bctx, done, err := openPage(pageURL)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := chromedp.Do(bctx, chromedp.Navigate(pageURL)); err != nil {
-		return nil, err
-	}
 	events, err := startScreencast(bctx)
 	if err != nil {
 		return nil, err

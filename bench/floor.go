@@ -10,7 +10,6 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
-	"github.com/tabcast/tabcast/test/harness"
 )
 
 // paintFloor is what no live view can beat: the same clicks on the same
@@ -33,14 +32,11 @@ type paintFloor struct {
 // measurePaintFloor runs the floor on its own Chromium (the appliance's
 // flags, 1280x720) with the latency page.
 func measurePaintFloor(ctx context.Context, pageURL string, clicks int) (*paintFloor, error) {
-	bctx, done, err := harness.StartChromium(false)
+	bctx, done, err := openPage(pageURL)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := chromedp.Do(bctx, chromedp.Navigate(pageURL)); err != nil {
-		return nil, err
-	}
 	if _, err := chromedp.Call(bctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{Width: 1280, Height: 720, DeviceScaleFactor: 1}); err != nil {
 		return nil, err
 	}

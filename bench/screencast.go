@@ -6,6 +6,7 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/tabcast/tabcast/test/harness"
 )
 
 // screencastFrame is one Page.screencastFrame as the bench sees it.
@@ -50,4 +51,17 @@ func startScreencast(bctx context.Context) (<-chan screencastFrame, error) {
 // ackScreencast acks one frame (at once, as every screencast consumer here).
 func ackScreencast(bctx context.Context, f screencastFrame) {
 	_, _ = chromedp.Call(bctx, page.ScreencastFrameAck, page.ScreencastFrameAckParams{SessionID: f.id})
+}
+
+// openPage starts a CDP-driven Chromium (the appliance's flags) on pageURL.
+func openPage(pageURL string) (context.Context, func(), error) {
+	bctx, done, err := harness.StartChromium(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate(pageURL)); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return bctx, done, nil
 }

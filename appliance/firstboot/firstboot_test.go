@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -259,7 +260,7 @@ func TestReapplyIdempotentAndAfterUpdate(t *testing.T) {
 	if res.Found || len(res.Reapply) != 0 {
 		t.Fatalf("second boot: %+v, want nothing found and nothing rewritten", res)
 	}
-	if after := snapshot(); !mapsEqual(before, after) {
+	if after := snapshot(); !maps.Equal(before, after) {
 		t.Fatal("second boot changed files")
 	}
 
@@ -278,21 +279,9 @@ func TestReapplyIdempotentAndAfterUpdate(t *testing.T) {
 	if len(changed) == 0 {
 		t.Fatal("nothing re-applied to a fresh root")
 	}
-	if after := snapshot(); !mapsEqual(before, after) {
+	if after := snapshot(); !maps.Equal(before, after) {
 		t.Fatal("re-applied root differs from the first one")
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // assertNothingApplied checks that a rejected file left the state and the

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"maps"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -498,7 +499,7 @@ func TestApplyRefusals(t *testing.T) {
 				if fileSum(t, f.slotB) != sumB {
 					t.Errorf("slot b was written")
 				}
-				if got := tree(t, f.esp); !equalMaps(got, esp) {
+				if got := tree(t, f.esp); !maps.Equal(got, esp) {
 					t.Errorf("ESP changed:\n%v\nwant\n%v", got, esp)
 				}
 				return
@@ -530,18 +531,6 @@ func TestApplyRefusals(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // sdBoot emulates one boot: systemd-boot picks DefaultEntry and, when the
