@@ -32,10 +32,10 @@ const (
 )
 
 // boostOverUse caps the boost's growth at this × the send rate of the last
-// second. The session moves its encoder up at most every 4 s, so each move
-// is at most this × what the path carried: 2× needs three moves from the
-// 300 kbit/s floor to 2.5 Mbit/s (11–14 s measured in the e2e test), 3× two
-// (~6 s).
+// second. The session raises its encoder at most every 2 s while it climbs
+// (session.rateStep), so each raise is at most this × what the path
+// carried: 2× needs three raises from the 300 kbit/s floor to 2.5 Mbit/s,
+// 3× two (6.5–7.5 s back to 90 % measured in the e2e test).
 const boostOverUse = 3
 
 // sendWindow is the send rate's window, in windowBuckets buckets; the ring
