@@ -113,7 +113,7 @@ func printInitialPassword(cfg *config.Config, started time.Time, stdout io.Write
 	if cfg.Auth.Plugin != "auth-local" {
 		return
 	}
-	path, _ := cfg.Plugins.Config["auth-local"]["initialPasswordFile"].(string)
+	_, path := cfg.AuthLocalFiles()
 	if path == "" {
 		return
 	}

@@ -5,7 +5,6 @@ package main
 
 import (
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -150,15 +149,9 @@ func cmdUsers(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tabcast users:", err)
 		return 1
 	}
-	var pc struct {
-		UsersFile string `json:"usersFile"`
-	}
-	if b, err := cfg.PluginConfigJSON("auth-local"); err == nil {
-		_ = json.Unmarshal(b, &pc)
-	}
 	full := []string{"users"}
-	if pc.UsersFile != "" {
-		full = append(full, "--file", pc.UsersFile)
+	if usersFile, _ := cfg.AuthLocalFiles(); usersFile != "" {
+		full = append(full, "--file", usersFile)
 	}
 	cmd := exec.Command(filepath.Join(dir, "auth-local"), append(full, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr

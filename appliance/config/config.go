@@ -251,6 +251,20 @@ func fillNil(c *Config) {
 
 // PluginConfigJSON returns the plugin's subtree as a JSON object, "{}" when
 // the plugin has none. Values are not masked: this goes to the plugin.
+// AuthLocalFiles are the auth-local plugin's users file and one-time
+// admin password file (plugins.config.auth-local; "" when unset), for the
+// commands that hand them to the plugin or show them.
+func (c *Config) AuthLocalFiles() (usersFile, initialPasswordFile string) {
+	var ac struct {
+		UsersFile           string `json:"usersFile"`
+		InitialPasswordFile string `json:"initialPasswordFile"`
+	}
+	if b, err := c.PluginConfigJSON("auth-local"); err == nil {
+		_ = json.Unmarshal(b, &ac)
+	}
+	return ac.UsersFile, ac.InitialPasswordFile
+}
+
 func (c *Config) PluginConfigJSON(name string) ([]byte, error) {
 	if c == nil {
 		return []byte("{}"), nil

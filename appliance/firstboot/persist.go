@@ -1,7 +1,6 @@
 package firstboot
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -78,20 +77,9 @@ func (f *File) plan(o Options) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ac struct {
-		UsersFile           string `json:"usersFile"`
-		InitialPasswordFile string `json:"initialPasswordFile"`
-	}
-	if b, err := cfg.PluginConfigJSON("auth-local"); err == nil {
-		_ = json.Unmarshal(b, &ac)
-	}
-	if ac.UsersFile == "" {
-		ac.UsersFile = etcTabcast + "/users.yaml"
-	}
-	if ac.InitialPasswordFile == "" {
-		ac.InitialPasswordFile = etcTabcast + "/initial-admin-password"
-	}
-	p.usersFile, p.pwFile = o.hostPath(ac.UsersFile), o.hostPath(ac.InitialPasswordFile)
+	// The embedded defaults set both (config.default.yaml).
+	usersFile, pwFile := cfg.AuthLocalFiles()
+	p.usersFile, p.pwFile = o.hostPath(usersFile), o.hostPath(pwFile)
 	return p, nil
 }
 
