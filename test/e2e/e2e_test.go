@@ -133,7 +133,7 @@ func waitEval[T any](ctx context.Context, expr string, ok func(T) bool, timeout 
 
 const (
 	connState   = `document.querySelector('[data-testid="conn-state"]').textContent.trim()`
-	totalFrames = `(() => { const v = document.querySelector('[data-testid="session-video"]'); return v && v.getVideoPlaybackQuality ? v.getVideoPlaybackQuality().totalVideoFrames : -1 })()`
+	totalFrames = harness.PanelFramesJS
 	videoSize   = `(() => { const v = document.querySelector('[data-testid="session-video"]'); return [v.videoWidth, v.videoHeight] })()`
 	// centre pixel of the decoded picture, sampled through a canvas.
 	centrePixel = `(() => { const v = document.querySelector('[data-testid="session-video"]');

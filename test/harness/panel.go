@@ -10,6 +10,10 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
+// PanelFramesJS evaluates, in the panel, to how many frames its session
+// video has decoded (-1 before there is a video element).
+const PanelFramesJS = `(() => { const v = document.querySelector('[data-testid="session-video"]'); return v && v.getVideoPlaybackQuality ? v.getVideoPlaybackQuality().totalVideoFrames : -1 })()`
+
 // OpenPanel logs user in through the panel's login page in the browser of
 // bctx and waits until the browser has landed on path (e.g. "/?codec=vp8").
 func (a *Appliance) OpenPanel(bctx context.Context, user, password, path string) error {

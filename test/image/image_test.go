@@ -345,7 +345,6 @@ func changePassword(ctx context.Context, t *testing.T, c *http.Client, base, old
 	}
 }
 
-const totalFrames = `(() => { const v = document.querySelector('[data-testid="session-video"]'); return v && v.getVideoPlaybackQuality ? v.getVideoPlaybackQuality().totalVideoFrames : -1 })()`
 
 // watchPanel opens the panel in a headless Chromium on this host (trusting
 // exactly the guest's certificate) and waits for decoded video.
@@ -363,11 +362,11 @@ func watchPanel(ctx context.Context, t *testing.T, base, spki, pw string) {
 	began := time.Now()
 	first := time.Duration(0)
 	for time.Since(began) < 2*time.Minute {
-		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](totalFrames))
+		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](harness.PanelFramesJS))
 		if err == nil && n > 0 && first == 0 {
 			first = time.Since(began)
 			time.Sleep(10 * time.Second)
-			m, _ := chromedp.Run(bctx, chromedp.Evaluate[int](totalFrames))
+			m, _ := chromedp.Run(bctx, chromedp.Evaluate[int](harness.PanelFramesJS))
 			t.Logf("panel: first decoded frame %v after login, %d frames in the next 10 s", first.Round(100*time.Millisecond), m-n)
 			if m <= n {
 				t.Errorf("the panel's video stopped after its first frame (%d → %d)", n, m)
