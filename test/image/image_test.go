@@ -345,7 +345,6 @@ func changePassword(ctx context.Context, t *testing.T, c *http.Client, base, old
 	}
 }
 
-
 // watchPanel opens the panel in a headless Chromium on this host (trusting
 // exactly the guest's certificate) and waits for decoded video.
 func watchPanel(ctx context.Context, t *testing.T, base, spki, pw string) {
