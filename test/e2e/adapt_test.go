@@ -125,10 +125,11 @@ func TestBitrateFollowsTheLink(t *testing.T) {
 				if i >= settledSec && sec.Frames == 0 && i < len(r.Seconds)-1 {
 					t.Errorf("second %d had no frame (a freeze)", i)
 				}
-				// No freeze over 1 s once settled (measured: ≤ 0.5 s from the
-				// 4th second on; the congestion onset and the tab capture →
-				// screencast switch in seconds 1–3 cost up to 1.8 s).
-				if i >= 5 && sec.MaxGap > time.Second {
+				// No freeze over 1 s once settled (measured: ≤ 0.5 s after
+				// the second in which the target went under the cap; the
+				// congestion onset before it, 1.5–5.5 s into the watch, and the
+				// tab capture → screencast switch cost up to 1.8 s).
+				if i >= max(5, int(settled/time.Second)+2) && sec.MaxGap > time.Second {
 					t.Errorf("second %d: a %v wait for a frame (a freeze over 1 s)", i, sec.MaxGap.Round(time.Millisecond))
 				}
 			}
