@@ -16,7 +16,14 @@ const (
 	EncoderVPX   = "libvpx"
 	EncoderVAAPI = "h264_vaapi"
 	EncoderNVENC = "h264_nvenc"
+	// EncoderVAAPIVP8 is VP8 on VAAPI, where the driver offers it (Intel
+	// up to Ice Lake; most others have no VP8 encoder).
+	EncoderVAAPIVP8 = "vp8_vaapi"
 )
+
+// isVAAPI says whether name is a VAAPI encoder (fed NV12 uploads through
+// the cgo shim, on a render node).
+func isVAAPI(name string) bool { return name == EncoderVAAPI || name == EncoderVAAPIVP8 }
 
 // timeBase is the encoders' time base: the 90 kHz RTP video clock, fine
 // enough for capture timestamps of frames that arrive at a variable rate.
@@ -39,20 +46,22 @@ type settings struct {
 }
 
 func (s settings) codec() string {
-	if s.encoder == EncoderVPX {
+	if s.encoder == EncoderVPX || s.encoder == EncoderVAAPIVP8 {
 		return encoder.CodecVP8
 	}
 	return encoder.CodecH264
 }
 
 func (s settings) hardware() bool {
-	return s.encoder == EncoderVAAPI || s.encoder == EncoderNVENC || s.encoder == EncoderFakeHW
+	return isVAAPI(s.encoder) || s.encoder == EncoderNVENC || s.encoder == EncoderFakeHW
 }
 
 // software is s on the software encoder of its codec, for a stream whose
 // hardware encoder failed: same size, rate, frame rate and keyframe interval.
 func (s settings) software() settings {
-	if s.codec() == encoder.CodecH264 {
+	if s.codec() == encoder.CodecVP8 {
+		s.encoder = EncoderVPX
+	} else {
 		s.encoder = EncoderX264
 	}
 	s.device, s.fakeFailAfter, s.fakeOKFile = "", 0, ""
@@ -68,7 +77,7 @@ func (s settings) software() settings {
 // blacks and clipped whites, and VP8 has no range flag at all. nvenc takes
 // the same yuv420p; VAAPI gets NV12 to upload.
 func (s settings) pixelFormat() astiav.PixelFormat {
-	if s.encoder == EncoderVAAPI {
+	if isVAAPI(s.encoder) {
 		return astiav.PixelFormatNv12
 	}
 	return astiav.PixelFormatYuv420P
@@ -158,6 +167,16 @@ func (s settings) options() []option {
 			{"maxrate", bps},
 			{"bufsize", bps},
 		}, signalling...)
+	case EncoderVAAPIVP8:
+		// VP8 has no range flag: the NV12 upload is limited range already.
+		return []option{
+			{"rc_mode", "CBR"},
+			{"async_depth", "1"},
+			{"g", g},
+			{"b", bps},
+			{"maxrate", bps},
+			{"bufsize", bps},
+		}
 	}
 	return nil
 }
@@ -172,7 +191,7 @@ type videoEncoder interface {
 // openEncoder opens the encoder s names. unused lists options the encoder
 // did not consume (they had no effect).
 func openEncoder(s settings) (enc videoEncoder, unused []string, err error) {
-	if s.encoder == EncoderVAAPI {
+	if isVAAPI(s.encoder) {
 		var b strings.Builder
 		for i, o := range s.options() {
 			if i > 0 {

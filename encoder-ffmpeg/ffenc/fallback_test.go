@@ -148,7 +148,7 @@ func TestFakeHWHook(t *testing.T) {
 	t.Setenv(FakeHWEnv, "fail-after=2")
 	p := New(testLog)
 	probes, _ := p.Capabilities(context.Background())
-	if len(probes) != 5 || probes[0].Encoder != EncoderFakeHW || !probes[0].OK || !probes[0].Hardware || probes[0].Codec != encoder.CodecH264 {
+	if len(probes) != 6 || probes[0].Encoder != EncoderFakeHW || !probes[0].OK || !probes[0].Hardware || probes[0].Codec != encoder.CodecH264 {
 		t.Fatalf("probes with the fake: %+v", probes)
 	}
 	// Explicit modes never take the fake; off is software.
@@ -394,14 +394,15 @@ func TestVAAPIOpenErrors(t *testing.T) {
 		{"directory", EncoderVAAPI, dir, "opening h264_vaapi on " + dir},
 		{"regular file", EncoderVAAPI, file, "opening h264_vaapi on " + file},
 		{"not a device", EncoderVAAPI, "/dev/null", "opening h264_vaapi on /dev/null"},
+		{"vp8 on a regular file", EncoderVAAPIVP8, file, "opening vp8_vaapi on " + file},
 		{"unknown encoder", "h264_nonexistent", "/dev/null", "Encoder not found"},
 	}
 	fds := func() int {
-		ents, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			t.Fatal(err)
+		n := openFDs()
+		if n < 0 {
+			t.Fatal("cannot read /proc/self/fd")
 		}
-		return len(ents)
+		return n
 	}
 	for _, tc := range cases {
 		if _, err := openVAAPI(tc.encoder, tc.device, 320, 240, 24, timeBase, "bf=0"); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -1,10 +1,11 @@
 // Package ffenc is the encoder-ffmpeg plugin: screencast JPEGs decoded with
 // libavcodec's mjpeg decoder, converted with swscale when needed, and
 // encoded to H.264 (libx264, or h264_vaapi / h264_nvenc when a start-up
-// probe found them working) or VP8 (libvpx), through go-astiav.
+// probe found them working) or VP8 (libvpx, or vp8_vaapi where the driver
+// has it), through go-astiav.
 //
 // A hardware encoder that fails while a stream runs (encode, upload or
-// reopen) is replaced by libx264 for the rest of that stream, from the
+// reopen) is replaced by software (libx264, libvpx) for the rest of that stream, from the
 // failing frame on, which is encoded again as a keyframe; the result of
 // that frame reports the switch (encoder.Result.Opened). The hardware
 // encoder is then marked failed for new streams and re-probed in the
@@ -311,8 +312,9 @@ func (p *Plugin) Open(ctx context.Context, op encoder.OpenParams) (encoder.Strea
 		p.hwFailed(set.encoder, fmt.Errorf("opening: %w", err))
 		if op.Hardware == HardwareAuto {
 			// auto means software will do.
-			p.log.Warn("hardware encoder failed to open, using libx264", "encoder", set.encoder, "error", err)
-			set = set.software()
+			sw := set.software()
+			p.log.Warn("hardware encoder failed to open, using software", "encoder", set.encoder, "software", sw.encoder, "error", err)
+			set = sw
 			s, err = newStream(p.log, set, op.KeyframeInterval)
 		}
 	}
@@ -384,18 +386,24 @@ func (p *Plugin) pick(codec, hw string) (name, device string, err error) {
 	default:
 		return "", "", badRequest("hardware %q is not one of auto, off, vaapi, nvenc", hw)
 	}
+	soft := EncoderX264
 	if codec == encoder.CodecVP8 {
-		if hw == HardwareVAAPI || hw == HardwareNVENC {
-			return "", "", openFailed("no %s encoder for vp8", hw)
+		soft = EncoderVPX
+	}
+	var want string
+	switch hw {
+	case HardwareOff:
+		return soft, "", nil
+	case HardwareVAAPI:
+		want = map[string]string{encoder.CodecH264: EncoderVAAPI, encoder.CodecVP8: EncoderVAAPIVP8}[codec]
+	case HardwareNVENC:
+		if codec == encoder.CodecVP8 {
+			return "", "", openFailed("no nvenc encoder for vp8")
 		}
-		return EncoderVPX, "", nil
+		want = EncoderNVENC
 	}
-	if hw == HardwareOff {
-		return EncoderX264, "", nil
-	}
-	want := map[string]string{HardwareVAAPI: EncoderVAAPI, HardwareNVENC: EncoderNVENC}[hw]
 	for _, pr := range p.probeResults() {
-		if !pr.Hardware || (want != "" && pr.Encoder != want) {
+		if !pr.Hardware || pr.Codec != codec || (want != "" && pr.Encoder != want) {
 			continue
 		}
 		if pr.OK {
@@ -408,11 +416,11 @@ func (p *Plugin) pick(codec, hw string) (name, device string, err error) {
 	if want != "" {
 		return "", "", openFailed("%s was not probed", want)
 	}
-	return EncoderX264, "", nil
+	return soft, "", nil
 }
 
 func (p *Plugin) device(name string) string {
-	if name != EncoderVAAPI {
+	if !isVAAPI(name) {
 		return ""
 	}
 	nodes, _ := filepath.Glob(p.renderNodes)
@@ -422,9 +430,9 @@ func (p *Plugin) device(name string) string {
 	return nodes[0]
 }
 
-// probe tries every encoder for real, once: hardware first (the order auto
-// prefers, the test-only fake before the real ones), then the software
-// fallbacks.
+// probe tries every encoder for real, once: H.264 hardware first (the
+// order auto prefers, the test-only fake before the real ones), then the
+// software encoders, then VP8 on VAAPI (auto picks within a codec).
 func (p *Plugin) probe() {
 	var ps []encoder.Probe
 	if p.fakeHW != nil {
@@ -435,6 +443,7 @@ func (p *Plugin) probe() {
 		p.probeOne(EncoderNVENC, true),
 		p.probeOne(EncoderX264, false),
 		p.probeOne(EncoderVPX, false),
+		p.probeOne(EncoderVAAPIVP8, true),
 	)
 	for _, pr := range ps {
 		if pr.OK {
@@ -458,7 +467,7 @@ func (p *Plugin) probeOne(name string, hw bool) encoder.Probe {
 	}
 	pr := encoder.Probe{Encoder: name, Codec: set.codec(), Hardware: hw}
 	start := time.Now()
-	if name == EncoderVAAPI {
+	if isVAAPI(name) {
 		if set.device = p.device(name); set.device == "" {
 			pr.Error = "no VAAPI render node (" + p.renderNodes + ")"
 			pr.Duration = time.Since(start)

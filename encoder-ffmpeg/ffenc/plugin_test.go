@@ -32,16 +32,18 @@ func TestHardwareProbe(t *testing.T) {
 			t.Fatalf("inconsistent probe %+v", pr)
 		}
 	}
-	if strings.Join(names, ",") != "h264_vaapi,h264_nvenc,libx264,libvpx" {
+	if strings.Join(names, ",") != "h264_vaapi,h264_nvenc,libx264,libvpx,vp8_vaapi" {
 		t.Fatalf("probed %v", names)
 	}
-	if !probes[2].OK || !probes[3].OK || probes[2].Hardware || !probes[0].Hardware || !probes[1].Hardware {
+	if !probes[2].OK || !probes[3].OK || probes[2].Hardware || !probes[0].Hardware || !probes[1].Hardware || !probes[4].Hardware || probes[4].Codec != encoder.CodecVP8 {
 		t.Fatalf("software encoders must probe ok: %+v", probes)
 	}
 	// Without a render node the VAAPI probe is not even tried; without an
 	// NVIDIA device nvenc fails for real, with FFmpeg's own words.
-	if nodes, _ := filepath.Glob("/dev/dri/renderD*"); len(nodes) == 0 && (probes[0].OK || !strings.Contains(probes[0].Error, "no VAAPI render node")) {
-		t.Fatalf("vaapi probe without a render node: %+v", probes[0])
+	for _, i := range []int{0, 4} {
+		if nodes, _ := filepath.Glob("/dev/dri/renderD*"); len(nodes) == 0 && (probes[i].OK || !strings.Contains(probes[i].Error, "no VAAPI render node")) {
+			t.Fatalf("vaapi probe without a render node: %+v", probes[i])
+		}
 	}
 	if _, err := os.Stat("/dev/nvidia0"); err != nil && (probes[1].OK || !strings.Contains(probes[1].Error, "ffmpeg:")) {
 		t.Fatalf("nvenc probe without a GPU: %+v", probes[1])
@@ -50,7 +52,7 @@ func TestHardwareProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "encoder-ffmpeg" || info.Kind != "encoder" || info.APIVersion != 1 || info.Version != "0.1.0" || len(info.Capabilities) != 4 {
+	if info.Name != "encoder-ffmpeg" || info.Kind != "encoder" || info.APIVersion != 1 || info.Version != "0.1.0" || len(info.Capabilities) != 5 {
 		t.Fatalf("info %+v", info)
 	}
 	for _, pr := range probes {
@@ -82,8 +84,21 @@ func TestHardwareProbe(t *testing.T) {
 			t.Fatalf("hardware=%s: %v (probe %+v)", hw, err, probes[i])
 		}
 	}
-	if _, err := p.Open(context.Background(), encoder.OpenParams{Codec: encoder.CodecVP8, Width: 640, Height: 360, Hardware: HardwareVAAPI}); errCode(err) != "open_failed" {
-		t.Fatalf("vp8 on vaapi: %v", err)
+	// VP8: vaapi only where vp8_vaapi probed ok, never nvenc; auto picks
+	// vp8_vaapi or libvpx, never an H.264 encoder.
+	if _, err := p.Open(context.Background(), encoder.OpenParams{Codec: encoder.CodecVP8, Width: 640, Height: 360, Hardware: HardwareVAAPI}); probes[4].OK != (err == nil) || (err != nil && errCode(err) != "open_failed") {
+		t.Fatalf("vp8 on vaapi: %v (probe %+v)", err, probes[4])
+	}
+	if _, err := p.Open(context.Background(), encoder.OpenParams{Codec: encoder.CodecVP8, Width: 640, Height: 360, Hardware: HardwareNVENC}); errCode(err) != "open_failed" {
+		t.Fatalf("vp8 on nvenc: %v", err)
+	}
+	s = open(t, p, encoder.OpenParams{Codec: encoder.CodecVP8, Width: 640, Height: 360, Hardware: HardwareAuto})
+	wantVP8 := encoder.Opened{Encoder: EncoderVPX, Codec: encoder.CodecVP8}
+	if probes[4].OK {
+		wantVP8 = encoder.Opened{Encoder: EncoderVAAPIVP8, Codec: encoder.CodecVP8, Hardware: true}
+	}
+	if s.Opened() != wantVP8 {
+		t.Fatalf("vp8 auto opened %+v, want %+v", s.Opened(), wantVP8)
 	}
 }
 
@@ -275,7 +290,7 @@ func TestPluginProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	probes, err := enc.Capabilities(ctx)
-	if err != nil || len(probes) != 4 {
+	if err != nil || len(probes) != 5 {
 		t.Fatalf("capabilities %+v %v", probes, err)
 	}
 	s, err := enc.Open(ctx, encoder.OpenParams{Codec: encoder.CodecH264, Width: 1280, Height: 720, FPS: 25, BitrateKbps: 2000})

@@ -96,6 +96,7 @@ func TestApplianceImage(t *testing.T) {
 		t.Errorf("the one-time admin password is in the journal")
 	}
 	idleFigures(ctx, t, v)
+	encoderSelfTest(ctx, t, v)
 
 	// --- updates ------------------------------------------------------------
 	slotBefore := currentSlot(ctx, t, v)
@@ -399,6 +400,64 @@ echo "$a $b $(getconf CLK_TCK) $(ps -u tabcast -o rss= | awk '{s+=$1} END {print
 	rss, _ := strconv.Atoi(f[3])
 	t.Logf("idle appliance (%s processes of user tabcast, nobody watching): CPU %.1f %% of one core over 30 s (under QEMU %s), RSS %d MiB",
 		f[4], 100*(b-a)/hz/30, v.accel, rss/1024)
+}
+
+// encoderSelfTest runs the encoder plugin's self-test in the guest: the
+// VAAPI integration test (ffenc.TestSelfTestOnDevice's checks, through the
+// cgo shim on a real render node) on the appliance itself. The guest's GPU
+// is QEMU's virtio-gpu, which has no video encoder; if it gives no render
+// node, vgem (a render-only DRM device) does. So VAAPI must be found
+// unavailable with the driver's own error — never "no render node", never a
+// crash — and every software encoder, and what auto picks, must pass.
+func encoderSelfTest(ctx context.Context, t *testing.T, v *vm) {
+	t.Helper()
+	nodes := strings.Fields(v.mustSh(ctx, `ls /dev/dri/renderD* 2>/dev/null || { modprobe vgem && udevadm settle && ls /dev/dri/renderD*; } 2>/dev/null || true`))
+	t.Logf("guest render nodes: %v (DRM drivers: %s)", nodes, strings.TrimSpace(v.mustSh(ctx, `for d in /sys/class/drm/renderD*/device/driver; do basename "$(readlink -f "$d")"; done 2>/dev/null | sort -u | tr '\n' ' '`)))
+	if len(nodes) == 0 {
+		t.Fatal("no render node in the guest (virtio-gpu, then vgem): the VAAPI self-test would not meet a device")
+	}
+	out, err := v.sh(ctx, "/usr/lib/tabcast/encoder-ffmpeg selftest --json")
+	var rep struct {
+		OK      bool `json:"ok"`
+		Results []struct {
+			Hardware, Codec, Encoder, Error string
+			Available, OK                   bool
+			Frames                          int
+			MinCorr                         float64       `json:"minCorrelation"`
+			Duration                        time.Duration `json:"durationNs"`
+		} `json:"results"`
+	}
+	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
+		t.Fatalf("encoder self-test: %v (exit %v)\n%s", jerr, err, out)
+	}
+	if err != nil || !rep.OK {
+		t.Errorf("encoder self-test failed in the guest (exit %v):\n%s", err, out)
+	}
+	vaapi := 0
+	for _, r := range rep.Results {
+		t.Logf("guest self-test: %s/%s → %s available=%v ok=%v frames=%d corr=%.3f %v %s",
+			r.Hardware, r.Codec, r.Encoder, r.Available, r.OK, r.Frames, r.MinCorr, r.Duration.Round(time.Millisecond), r.Error)
+		switch r.Hardware {
+		case "vaapi":
+			vaapi++
+			if r.Available {
+				if !r.OK {
+					t.Errorf("VAAPI %s opened on the guest's render node but failed: %s", r.Codec, r.Error)
+				}
+				continue
+			}
+			if strings.Contains(r.Error, "no VAAPI render node") || !strings.Contains(r.Error, "opening "+r.Codec+"_vaapi on /dev/dri/renderD") {
+				t.Errorf("VAAPI %s unavailable without the device's own error: %q", r.Codec, r.Error)
+			}
+		case "off", "auto":
+			if !r.OK {
+				t.Errorf("%s %s failed in the guest: %s", r.Hardware, r.Codec, r.Error)
+			}
+		}
+	}
+	if vaapi != 2 {
+		t.Errorf("the self-test ran %d VAAPI cases, want 2 (H.264, VP8)", vaapi)
+	}
 }
 
 // currentSlot is the slot the guest booted (its kernel command line).
