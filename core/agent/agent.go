@@ -305,11 +305,49 @@ const (
 // came before acceptance, so the same seq is sent again) rather than fail
 // halfway through a command.
 func (d *driver) submit(ctx context.Context, a action.Action) (uint64, *action.Result, error) {
+	w, err := d.accept(ctx, a)
+	if err != nil {
+		return w.rev, nil, err
+	}
+	return w.wait(ctx)
+}
+
+// pressRelease submits a press and its release back to back — the release
+// queued behind the press, not sent after the press's completion came back
+// — and waits for both: one round trip between the worker and this
+// goroutine instead of two. Only for a release: it runs even when the
+// press failed, which for a release is harmless (it ends a hold that may
+// not exist), and the press's error is the one returned.
+func (d *driver) pressRelease(ctx context.Context, press, release action.Action) (uint64, error) {
+	wp, err := d.accept(ctx, press)
+	if err != nil {
+		return wp.rev, err
+	}
+	wr, rerr := d.accept(ctx, release)
+	rev, _, err := wp.wait(ctx)
+	if rerr != nil {
+		return rev, errors.Join(err, rerr)
+	}
+	rrev, _, rerr := wr.wait(ctx)
+	if err != nil {
+		return rev, err
+	}
+	return max(rev, rrev), rerr
+}
+
+// budgetWait is about one token of the dispatcher's default refill (8/s).
+const budgetWait = 125 * time.Millisecond
+
+// accept submits a until the dispatcher accepts it, waiting out a full
+// queue or an empty rate budget; the returned accepted waits for its end.
+// Accepting consumes the control sequence number, so the next action may
+// be submitted at once (the dispatcher runs a producer's actions in order).
+func (d *driver) accept(ctx context.Context, a action.Action) (*accepted, error) {
 	for {
-		rev, res, retry, err := d.submitOnce(ctx, a)
+		w, retry, err := d.submitOnce(a)
 		var ae *action.Error
-		if err == nil || rev != 0 || !errors.As(err, &ae) || (ae.Code != action.CodeRateLimited && ae.Code != action.CodeQueueFull) {
-			return rev, res, err
+		if err == nil || w.rev != 0 || !errors.As(err, &ae) || (ae.Code != action.CodeRateLimited && ae.Code != action.CodeQueueFull) {
+			return w, err
 		}
 		wait := budgetWait // a full queue: about one action's time
 		if ae.Code == action.CodeRateLimited && retry > 0 {
@@ -317,18 +355,38 @@ func (d *driver) submit(ctx context.Context, a action.Action) (uint64, *action.R
 		}
 		select {
 		case <-ctx.Done():
-			return 0, nil, err
+			return w, err
 		case <-time.After(wait):
 		}
 	}
 }
 
-// budgetWait is about one token of the dispatcher's default refill (8/s).
-const budgetWait = 125 * time.Millisecond
+// accepted is a submitted action: its revision, and its final ack to come.
+type accepted struct {
+	rev  uint64
+	acks chan dispatch.Ack // nil: nothing to wait for (pointer channel)
+}
 
-// submitOnce submits a once; a rate_limited refusal comes with when the
-// next credit is due.
-func (d *driver) submitOnce(ctx context.Context, a action.Action) (uint64, *action.Result, time.Duration, error) {
+// wait waits for the action's completion.
+func (w *accepted) wait(ctx context.Context) (uint64, *action.Result, error) {
+	if w.acks == nil {
+		return w.rev, nil, nil
+	}
+	select {
+	case k := <-w.acks:
+		if k.Status == dispatch.StatusCompleted {
+			return max(w.rev, k.ActionRevision), k.Result, nil
+		}
+		return w.rev, nil, &action.Error{Code: k.Code, Message: k.Message}
+	case <-ctx.Done():
+		return w.rev, nil, &action.Error{Code: action.CodeOutcomeUnknown, Message: "the action did not finish in time; its outcome is unknown"}
+	}
+}
+
+// submitOnce submits a once. The dispatcher answers accepted or refused
+// before Submit returns; a rate_limited refusal comes with when the next
+// credit is due.
+func (d *driver) submitOnce(a action.Action) (*accepted, time.Duration, error) {
 	a.PageRevision = d.p.PageRevision()
 	d.nextID++
 	id := "agent-" + strconv.FormatUint(d.nextID, 10)
@@ -338,34 +396,30 @@ func (d *driver) submitOnce(ctx context.Context, a action.Action) (uint64, *acti
 		env.PointerSeq = d.pointerSeq
 		// Pointer actions are acked only when refused: nothing to wait for.
 		d.p.Submit(env, func(dispatch.Ack) {})
-		return 0, nil, 0, nil
+		return &accepted{}, 0, nil
 	}
 	env.ControlSeq = d.controlSeq + 1
-	acks := make(chan dispatch.Ack, 4)
+	// Two acks at most: accepted (or refused), then completed or refused.
+	acks := make(chan dispatch.Ack, 2)
+	var first *dispatch.Ack
 	d.p.Submit(env, func(k dispatch.Ack) {
+		if first == nil {
+			// The first ack comes from inside Submit, on this goroutine.
+			first = &k
+			return
+		}
 		select {
 		case acks <- k:
 		default:
 		}
 	})
-	var rev uint64
-	for {
-		select {
-		case k := <-acks:
-			switch k.Status {
-			case dispatch.StatusAccepted:
-				d.controlSeq = env.ControlSeq // acceptance consumes the seq
-				rev = k.ActionRevision
-				continue
-			case dispatch.StatusCompleted:
-				return max(rev, k.ActionRevision), k.Result, 0, nil
-			default:
-				// Refused (at submit the seq is not consumed: the next
-				// action reuses it).
-				return rev, nil, time.Duration(k.RetryAfterMs) * time.Millisecond, &action.Error{Code: k.Code, Message: k.Message}
-			}
-		case <-ctx.Done():
-			return rev, nil, 0, &action.Error{Code: action.CodeOutcomeUnknown, Message: "the action did not finish in time; its outcome is unknown"}
-		}
+	switch {
+	case first == nil:
+		return &accepted{}, 0, &action.Error{Code: action.CodeOutcomeUnknown, Message: "the dispatcher did not answer"}
+	case first.Status == dispatch.StatusAccepted:
+		d.controlSeq = env.ControlSeq // acceptance consumes the seq
+		return &accepted{rev: first.ActionRevision, acks: acks}, 0, nil
 	}
+	// Refused (at submit the seq is not consumed: the next action reuses it).
+	return &accepted{}, time.Duration(first.RetryAfterMs) * time.Millisecond, &action.Error{Code: first.Code, Message: first.Message}
 }

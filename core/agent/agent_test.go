@@ -76,6 +76,17 @@ window.addEventListener('load', () => setTimeout(() => fetch('/delay?ms=1200').t
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 		fmt.Fprint(w, "fetched")
 	})
+	// Every input event the page gets, in order.
+	mux.HandleFunc("/events", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `<!doctype html><title>Events</title><body>
+<button id=b style="width:200px;height:60px">target</button><input id=f>
+<script>
+window.log = [];
+for (const t of ['mousedown', 'mouseup', 'click', 'dblclick']) document.getElementById('b').addEventListener(t, (e) => log.push(t + ':' + e.detail));
+for (const t of ['keydown', 'keyup']) document.getElementById('f').addEventListener(t, (e) => log.push(t + ':' + e.key));
+document.getElementById('f').addEventListener('input', (e) => log.push('input:' + e.target.value));
+</script>`)
+	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
@@ -423,4 +434,49 @@ func TestClickAfterViewportChange(t *testing.T) {
 	if got := e.text(t, "#b"); got != "hit" {
 		t.Errorf("the click after the viewport change missed the button (%q)", got)
 	}
+}
+
+// TestPressReleaseOrder: a press and its release are queued together (the
+// release does not wait for the press's completion), and the page still
+// gets every event in order, also when the agent's rate budget runs out
+// mid-way (the presses then wait for credits; the releases are free).
+func TestPressReleaseOrder(t *testing.T) {
+	e := setup(t, "/events")
+	e.must(t, Request{Command: "click", Selector: "#b"})
+	e.must(t, Request{Command: "dblclick", Selector: "#b"})
+	e.must(t, Request{Command: "fill", Selector: "#f", Text: "ab"})
+	e.must(t, Request{Command: "press", Key: "Shift+Tab"})
+	var got []string
+	if err := e.s.Page().Evaluate(e.ctx, "window.log", &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"mousedown:1", "mouseup:1", "click:1",
+		"mousedown:1", "mouseup:1", "click:1", "mousedown:2", "mouseup:2", "click:2", "dblclick:2",
+		// Modifiers travel as flags on the key's events; Shift+Tab moves
+		// the focus off the field, so its keyup lands elsewhere.
+		"keydown:a", "keyup:a", "input:ab",
+		"keydown:Tab",
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("events\n got %v\nwant %v", got, want)
+	}
+
+	// Past the budget (8/s, burst 16 by default): 30 clicks in a row all
+	// land, each as one down/up/click.
+	if err := e.s.Page().Evaluate(e.ctx, "window.log = []", nil); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for range 30 {
+		e.must(t, Request{Command: "click", Selector: "#b"})
+	}
+	var log string
+	if err := e.s.Page().Evaluate(e.ctx, "window.log.join(' ')", &log); err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.TrimSpace(strings.Repeat("mousedown:1 mouseup:1 click:1 ", 30)); log != want {
+		t.Fatalf("30 clicks past the budget: %q", log)
+	}
+	t.Logf("30 clicks in %v", time.Since(start).Round(time.Millisecond))
 }

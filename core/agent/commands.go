@@ -179,21 +179,20 @@ func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		acts := []action.Action{
-			{Kind: action.KeyDown, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl},
-			{Kind: action.KeyUp, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl},
+		if rev, err = d.pressRelease(ctx,
+			action.Action{Kind: action.KeyDown, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl},
+			action.Action{Kind: action.KeyUp, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl}); err != nil {
+			return nil, err
 		}
 		if r.Text != "" {
-			acts = append(acts, action.Action{Kind: action.TextInsert, Text: r.Text})
+			rev, _, err = d.submit(ctx, action.Action{Kind: action.TextInsert, Text: r.Text})
 		} else {
-			acts = append(acts,
+			rev, err = d.pressRelease(ctx,
 				action.Action{Kind: action.KeyDown, Key: "Backspace", Code: "Backspace"},
 				action.Action{Kind: action.KeyUp, Key: "Backspace", Code: "Backspace"})
 		}
-		for _, a := range acts {
-			if rev, _, err = d.submit(ctx, a); err != nil {
-				return nil, err
-			}
+		if err != nil {
+			return nil, err
 		}
 		res.ActionRevision, res.Summary = rev, fmt.Sprintf("filled %s (%d characters)", what, len([]rune(r.Text)))
 		return res, nil
@@ -414,11 +413,8 @@ func (d *driver) click(ctx context.Context, r Request, n int) (uint64, string, e
 	}
 	var rev uint64
 	for i := 1; i <= n; i++ {
-		for _, k := range []action.Kind{action.PointerDown, action.PointerUp} {
-			a := d.pointer(k, x, y, i)
-			if rev, _, err = d.submit(ctx, a); err != nil {
-				return rev, "", err
-			}
+		if rev, err = d.pressRelease(ctx, d.pointer(action.PointerDown, x, y, i), d.pointer(action.PointerUp, x, y, i)); err != nil {
+			return rev, "", err
 		}
 	}
 	return rev, what, nil
@@ -450,14 +446,7 @@ func (d *driver) press(ctx context.Context, chord string) (uint64, error) {
 			return 0, errorf(action.CodeInvalidArgument, false, "modifiers: Control, Shift, Alt, Meta", "unknown modifier %q", m)
 		}
 	}
-	var rev uint64
-	var err error
-	for _, k := range []action.Kind{action.KeyDown, action.KeyUp} {
-		if rev, _, err = d.submit(ctx, action.Action{Kind: k, Key: key, Modifiers: mods}); err != nil {
-			return rev, err
-		}
-	}
-	return rev, nil
+	return d.pressRelease(ctx, action.Action{Kind: action.KeyDown, Key: key, Modifiers: mods}, action.Action{Kind: action.KeyUp, Key: key, Modifiers: mods})
 }
 
 func (d *driver) selectOption(ctx context.Context, r Request) (*Result, error) {

@@ -32,6 +32,10 @@ type Element struct {
 	Session cdp.Session
 
 	frame *frameInfo
+	// entry and objects are set on an element looked up by ref: its JS
+	// object is then resolved once per snapshot (refEntry.obj).
+	entry   *refEntry
+	objects *objectGroup
 }
 
 // Rect is a box in top-level viewport CSS pixels.
@@ -51,9 +55,18 @@ func (e *Element) label() string {
 	return "node " + strconv.FormatInt(int64(e.BackendNodeID), 10)
 }
 
-// object resolves the element to a JS object in group; a node that is gone
-// is stale.
-func (e *Element) object(ctx context.Context, group string) (runtime.RemoteObjectID, error) {
+// object resolves the element to a JS object in group. With keep (group is
+// its snapshot's, see group) the object resolved before is reused, or the
+// new one kept.
+func (e *Element) object(ctx context.Context, group string, keep bool) (runtime.RemoteObjectID, error) {
+	if keep {
+		e.entry.mu.Lock()
+		obj := e.entry.obj
+		e.entry.mu.Unlock()
+		if obj != "" {
+			return obj, nil
+		}
+	}
 	r, err := cdp.Call(ctx, e.Session, dom.ResolveNode, dom.ResolveNodeParams{BackendNodeID: e.BackendNodeID, ObjectGroup: group})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -64,28 +77,59 @@ func (e *Element) object(ctx context.Context, group string) (runtime.RemoteObjec
 	if r.Object == nil || r.Object.ObjectID == "" {
 		return "", staleRef(e.label(), "the element no longer exists", nil)
 	}
+	if keep {
+		e.entry.mu.Lock()
+		e.entry.obj = r.Object.ObjectID
+		e.entry.mu.Unlock()
+	}
 	return r.Object.ObjectID, nil
+}
+
+// forget drops the element's kept JS object if it is obj (a call on it
+// failed: the next call resolves the node again, or finds it gone).
+func (e *Element) forget(obj runtime.RemoteObjectID) {
+	e.entry.mu.Lock()
+	if e.entry.obj == obj {
+		e.entry.obj = ""
+	}
+	e.entry.mu.Unlock()
+}
+
+// group is the object group for a call on e: for an element looked up by
+// ref, its snapshot's (keep: objects stay until the snapshot is replaced),
+// else a new one that done releases.
+func (e *Element) group(ctx context.Context) (name string, keep bool, done func()) {
+	if e.entry != nil && e.objects != nil {
+		if g := e.objects.use(e.Session); g != "" {
+			return g, true, func() {}
+		}
+	}
+	name = "tabcast-snapshot-" + strconv.FormatInt(groupSeq.Add(1), 10)
+	return name, false, func() { releaseGroup(ctx, e.Session, name) }
 }
 
 // call runs fn (a JS function declaration) with this = the element, after
 // checking that the element is connected, and decodes its JSON result.
 func (e *Element) call(ctx context.Context, fn string, out any, args ...runtime.RemoteObjectID) error {
-	group := "tabcast-snapshot-" + strconv.FormatInt(groupSeq.Add(1), 10)
-	defer releaseGroup(ctx, e.Session, group)
-	obj, err := e.object(ctx, group)
+	group, keep, done := e.group(ctx)
+	defer done()
+	obj, err := e.object(ctx, group, keep)
 	if err != nil {
 		return err
 	}
-	yes := true
-	cargs := make([]*runtime.CallArgument, len(args))
-	for i, a := range args {
-		cargs[i] = &runtime.CallArgument{ObjectID: a}
+	r, err := e.callOn(ctx, obj, group, fn, args)
+	if err != nil && keep && ctx.Err() == nil {
+		// The kept object is gone: its snapshot was replaced (and its group
+		// released) while this element was in use, or its document went.
+		// Resolve the node again, in a throwaway group, to tell which.
+		e.forget(obj)
+		tmp := "tabcast-snapshot-" + strconv.FormatInt(groupSeq.Add(1), 10)
+		defer releaseGroup(ctx, e.Session, tmp)
+		if obj, err = e.object(ctx, tmp, false); err != nil {
+			return err
+		}
+		r, err = e.callOn(ctx, obj, tmp, fn, args)
 	}
-	wrapped := `function(...a){ if (!this.isConnected) return {"stale": true}; return {"v": (` + fn + `).apply(this, a)}; }`
-	r, err := cdp.Call(ctx, e.Session, runtime.CallFunctionOn, runtime.CallFunctionOnParams{
-		FunctionDeclaration: wrapped, ObjectID: obj, Arguments: cargs,
-		ReturnByValue: &yes, AwaitPromise: &yes, ObjectGroup: group,
-	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -111,6 +155,19 @@ func (e *Element) call(ctx context.Context, fn string, out any, args ...runtime.
 		}
 	}
 	return nil
+}
+
+func (e *Element) callOn(ctx context.Context, obj runtime.RemoteObjectID, group, fn string, args []runtime.RemoteObjectID) (runtime.CallFunctionOnResult, error) {
+	yes := true
+	cargs := make([]*runtime.CallArgument, len(args))
+	for i, a := range args {
+		cargs[i] = &runtime.CallArgument{ObjectID: a}
+	}
+	wrapped := `function(...a){ if (!this.isConnected) return {"stale": true}; return {"v": (` + fn + `).apply(this, a)}; }`
+	return cdp.Call(ctx, e.Session, runtime.CallFunctionOn, runtime.CallFunctionOnParams{
+		FunctionDeclaration: wrapped, ObjectID: obj, Arguments: cargs,
+		ReturnByValue: &yes, AwaitPromise: &yes, ObjectGroup: group,
+	})
 }
 
 const releaseTimeout = 2 * time.Second

@@ -2,8 +2,11 @@ package snapshot
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
+
+	"github.com/chromedp/cdproto/cdp"
 )
 
 // Resolve resolves a ref of this snapshot: see Refs.Resolve.
@@ -34,7 +37,8 @@ func (s *Snapshot) lookup(ref string, currentRevision int64) (*Element, error) {
 	if e.rev != currentRevision {
 		return nil, staleRef(ref, "the page navigated since the snapshot (revision "+strconv.FormatInt(e.rev, 10)+" → "+strconv.FormatInt(currentRevision, 10)+")", nil)
 	}
-	return &Element{Ref: ref, BackendNodeID: e.backend, FrameID: e.frame.id, Session: e.frame.sess, frame: e.frame}, nil
+	return &Element{Ref: ref, BackendNodeID: e.backend, FrameID: e.frame.id, Session: e.frame.sess, frame: e.frame,
+		entry: e, objects: &s.objects}, nil
 }
 
 func validRef(ref string) bool {
@@ -62,11 +66,16 @@ type Refs struct {
 	snap *Snapshot
 }
 
-// Set makes s the latest snapshot.
+// Set makes s the latest snapshot; the JS objects the previous one's refs
+// were resolved to are released.
 func (r *Refs) Set(s *Snapshot) {
 	r.mu.Lock()
+	old := r.snap
 	r.snap = s
 	r.mu.Unlock()
+	if old != nil && old != s {
+		old.objects.release()
+	}
 }
 
 // Clear drops the table (every ref becomes stale).
@@ -188,4 +197,43 @@ func (s *Snapshotter) Forget(p Page) {
 	delete(s.pages, pageKey(p))
 	delete(s.used, pageKey(p))
 	s.mu.Unlock()
+}
+
+// objectGroup is a snapshot's CDP object group: where its refs' JS objects
+// live, in every session (page or OOPIF) one was resolved in, until the
+// snapshot is replaced.
+type objectGroup struct {
+	mu       sync.Mutex
+	name     string
+	sessions []cdp.Session
+	released bool
+}
+
+// use returns the group's name for an object about to be made in sess, or
+// "" once released (the caller then uses a throwaway group).
+func (g *objectGroup) use(sess cdp.Session) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.released {
+		return ""
+	}
+	if g.name == "" {
+		g.name = "tabcast-refs-" + strconv.FormatInt(groupSeq.Add(1), 10)
+	}
+	if !slices.Contains(g.sessions, sess) {
+		g.sessions = append(g.sessions, sess)
+	}
+	return g.name
+}
+
+// release frees the group in every session it was used in (in the
+// background: nobody waits for it).
+func (g *objectGroup) release() {
+	g.mu.Lock()
+	name, sessions := g.name, g.sessions
+	g.released, g.sessions = true, nil
+	g.mu.Unlock()
+	for _, s := range sessions {
+		releaseGroup(context.Background(), s, name)
+	}
 }

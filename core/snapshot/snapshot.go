@@ -32,11 +32,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/runtime"
 )
 
 // Defaults of Options.
@@ -118,6 +120,8 @@ type Snapshot struct {
 
 	text string
 	refs map[string]*refEntry
+	// objects are the JS objects its refs were resolved to (refEntry.obj).
+	objects objectGroup
 }
 
 // Text is the compact text tree ("- role "name" [attr] [ref=eN]: value").
@@ -130,6 +134,14 @@ type refEntry struct {
 	backend cdp.BackendNodeID
 	frame   *frameInfo
 	rev     int64
+
+	// obj is the node resolved to a JS object on first use, kept in the
+	// snapshot's object group: acting on a ref again costs no
+	// DOM.resolveNode (nor a release) round trip. It refers to that node
+	// only — a re-rendered element is another node, and the call on a
+	// detached one fails with CodeStaleRef as before.
+	mu  sync.Mutex
+	obj runtime.RemoteObjectID
 }
 
 // Take builds a snapshot of p. The refs in it resolve through
