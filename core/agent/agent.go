@@ -317,7 +317,7 @@ func (d *driver) submit(ctx context.Context, a action.Action) (uint64, *action.R
 // — and waits for both: one round trip between the worker and this
 // goroutine instead of two. Only for a release: it runs even when the
 // press failed, which for a release is harmless (it ends a hold that may
-// not exist), and the press's error is the one returned.
+// not exist); the press's error comes first in the one returned.
 func (d *driver) pressRelease(ctx context.Context, press, release action.Action) (uint64, error) {
 	wp, err := d.accept(ctx, press)
 	if err != nil {
@@ -325,14 +325,12 @@ func (d *driver) pressRelease(ctx context.Context, press, release action.Action)
 	}
 	wr, rerr := d.accept(ctx, release)
 	rev, _, err := wp.wait(ctx)
-	if rerr != nil {
-		return rev, errors.Join(err, rerr)
+	if rerr == nil {
+		var rrev uint64
+		rrev, _, rerr = wr.wait(ctx)
+		rev = max(rev, rrev)
 	}
-	rrev, _, rerr := wr.wait(ctx)
-	if err != nil {
-		return rev, err
-	}
-	return max(rev, rrev), rerr
+	return rev, errors.Join(err, rerr)
 }
 
 // budgetWait is about one token of the dispatcher's default refill (8/s).
@@ -346,7 +344,7 @@ func (d *driver) accept(ctx context.Context, a action.Action) (*accepted, error)
 	for {
 		w, retry, err := d.submitOnce(a)
 		var ae *action.Error
-		if err == nil || w.rev != 0 || !errors.As(err, &ae) || (ae.Code != action.CodeRateLimited && ae.Code != action.CodeQueueFull) {
+		if err == nil || !errors.As(err, &ae) || (ae.Code != action.CodeRateLimited && ae.Code != action.CodeQueueFull) {
 			return w, err
 		}
 		wait := budgetWait // a full queue: about one action's time

@@ -104,8 +104,14 @@ func (e *Element) group(ctx context.Context) (name string, keep bool, done func(
 			return g, true, func() {}
 		}
 	}
-	name = "tabcast-snapshot-" + strconv.FormatInt(groupSeq.Add(1), 10)
-	return name, false, func() { releaseGroup(ctx, e.Session, name) }
+	name, done = throwawayGroup(ctx, e.Session)
+	return name, false, done
+}
+
+// throwawayGroup is a new object group in sess and the func that releases it.
+func throwawayGroup(ctx context.Context, sess cdp.Session) (string, func()) {
+	name := "tabcast-snapshot-" + strconv.FormatInt(groupSeq.Add(1), 10)
+	return name, func() { releaseGroup(ctx, sess, name) }
 }
 
 // call runs fn (a JS function declaration) with this = the element, after
@@ -123,8 +129,8 @@ func (e *Element) call(ctx context.Context, fn string, out any, args ...runtime.
 		// released) while this element was in use, or its document went.
 		// Resolve the node again, in a throwaway group, to tell which.
 		e.forget(obj)
-		tmp := "tabcast-snapshot-" + strconv.FormatInt(groupSeq.Add(1), 10)
-		defer releaseGroup(ctx, e.Session, tmp)
+		tmp, release := throwawayGroup(ctx, e.Session)
+		defer release()
 		if obj, err = e.object(ctx, tmp, false); err != nil {
 			return err
 		}

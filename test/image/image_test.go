@@ -23,6 +23,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/tabcast/tabcast/core/certs"
+	"github.com/tabcast/tabcast/encoder-ffmpeg/ffenc"
 	"github.com/tabcast/tabcast/test/harness"
 )
 
@@ -418,14 +419,8 @@ func encoderSelfTest(ctx context.Context, t *testing.T, v *vm) {
 	}
 	out, err := v.sh(ctx, "/usr/lib/tabcast/encoder-ffmpeg selftest --json")
 	var rep struct {
-		OK      bool `json:"ok"`
-		Results []struct {
-			Hardware, Codec, Encoder, Error string
-			Available, OK                   bool
-			Frames                          int
-			MinCorr                         float64       `json:"minCorrelation"`
-			Duration                        time.Duration `json:"durationNs"`
-		} `json:"results"`
+		OK      bool                   `json:"ok"`
+		Results []ffenc.SelfTestResult `json:"results"`
 	}
 	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
 		t.Fatalf("encoder self-test: %v (exit %v)\n%s", jerr, err, out)
@@ -438,7 +433,7 @@ func encoderSelfTest(ctx context.Context, t *testing.T, v *vm) {
 		t.Logf("guest self-test: %s/%s → %s available=%v ok=%v frames=%d corr=%.3f %v %s",
 			r.Hardware, r.Codec, r.Encoder, r.Available, r.OK, r.Frames, r.MinCorr, r.Duration.Round(time.Millisecond), r.Error)
 		switch r.Hardware {
-		case "vaapi":
+		case ffenc.HardwareVAAPI:
 			vaapi++
 			if r.Available {
 				if !r.OK {
@@ -449,7 +444,7 @@ func encoderSelfTest(ctx context.Context, t *testing.T, v *vm) {
 			if strings.Contains(r.Error, "no VAAPI render node") || !strings.Contains(r.Error, "opening "+r.Codec+"_vaapi on /dev/dri/renderD") {
 				t.Errorf("VAAPI %s unavailable without the device's own error: %q", r.Codec, r.Error)
 			}
-		case "off", "auto":
+		case ffenc.HardwareOff, ffenc.HardwareAuto:
 			if !r.OK {
 				t.Errorf("%s %s failed in the guest: %s", r.Hardware, r.Codec, r.Error)
 			}
