@@ -16,8 +16,12 @@ const (
 	Wheel       Kind = "wheel"
 
 	// Control channel (ordered, reliable).
-	PointerDown    Kind = "pointer_down"
-	PointerUp      Kind = "pointer_up"
+	PointerDown Kind = "pointer_down"
+	PointerUp   Kind = "pointer_up"
+	// Click is a press and its release at one point, as one action: the
+	// executor sends both without waiting in between, and nothing stays
+	// held after it. Agents click with it; the panel sends down and up.
+	Click          Kind = "click"
 	KeyDown        Kind = "key_down"
 	KeyUp          Kind = "key_up"
 	TextInsert     Kind = "text_insert" // committed text, IME composition end, paste
@@ -92,7 +96,7 @@ func (a Action) Coalescable() bool { return a.Kind == PointerMove }
 // and so is refused when the page changed under the producer.
 func (a Action) UsesCoordinates() bool {
 	switch a.Kind {
-	case PointerMove, PointerDown, PointerUp, Wheel:
+	case PointerMove, PointerDown, PointerUp, Wheel, Click:
 		return true
 	}
 	return false

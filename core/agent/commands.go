@@ -413,7 +413,7 @@ func (d *driver) click(ctx context.Context, r Request, n int) (uint64, string, e
 	}
 	var rev uint64
 	for i := 1; i <= n; i++ {
-		if rev, err = d.pressRelease(ctx, d.pointer(action.PointerDown, x, y, i), d.pointer(action.PointerUp, x, y, i)); err != nil {
+		if rev, _, err = d.submit(ctx, d.pointer(action.Click, x, y, i)); err != nil {
 			return rev, "", err
 		}
 	}

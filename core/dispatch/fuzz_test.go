@@ -21,7 +21,7 @@ var validateCodes = map[string]bool{
 
 // oracleValid restates Validate's rules independently, field by field.
 func oracleValid(a action.Action) bool {
-	clientKinds := "pointer_move wheel pointer_down pointer_up key_down key_up text_insert navigate back forward reload stop viewport clipboard_write clipboard_read dialog_response heartbeat"
+	clientKinds := "pointer_move wheel pointer_down pointer_up click key_down key_up text_insert navigate back forward reload stop viewport clipboard_write clipboard_read dialog_response heartbeat"
 	if a.Kind == "" || strings.Contains(string(a.Kind), " ") || !strings.Contains(" "+clientKinds+" ", " "+string(a.Kind)+" ") {
 		return false
 	}
@@ -29,7 +29,7 @@ func oracleValid(a action.Action) bool {
 	if !finite(a.X) || !finite(a.Y) || !finite(a.DeltaX) || !finite(a.DeltaY) {
 		return false
 	}
-	coord := a.Kind == action.PointerMove || a.Kind == action.Wheel || a.Kind == action.PointerDown || a.Kind == action.PointerUp
+	coord := a.Kind == action.PointerMove || a.Kind == action.Wheel || a.Kind == action.PointerDown || a.Kind == action.PointerUp || a.Kind == action.Click
 	if coord && !(a.X >= 0 && a.X <= 1 && a.Y >= 0 && a.Y <= 1) {
 		return false
 	}
@@ -39,7 +39,7 @@ func oracleValid(a action.Action) bool {
 	if a.Button != "" && a.Button != "left" && a.Button != "middle" && a.Button != "right" {
 		return false
 	}
-	if (a.Kind == action.PointerDown || a.Kind == action.PointerUp) && a.Button == "" {
+	if (a.Kind == action.PointerDown || a.Kind == action.PointerUp || a.Kind == action.Click) && a.Button == "" {
 		return false
 	}
 	if a.ClickCount < 0 || a.ClickCount > 3 || a.Modifiers < 0 || a.Modifiers > 15 {
@@ -74,6 +74,9 @@ func FuzzValidate(f *testing.F) {
 		{kind: "pointer_down", x: 1, y: 0, button: "left", clicks: 1},
 		{kind: "pointer_up", x: 1.0000001, y: 0, button: "right"},
 		{kind: "pointer_down", x: 0.1, y: 0.1},
+		{kind: "click", x: 0.5, y: 0.5, button: "left", clicks: 2},
+		{kind: "click", x: 0.5, y: 0.5},
+		{kind: "click", x: -0.1, y: 0.5, button: "left"},
 		{kind: "wheel", x: 0.5, y: 0.5, dy: -120},
 		{kind: "wheel", x: 0.5, y: 0.5, dx: math.Inf(1)},
 		{kind: "pointer_move", x: math.NaN()},
@@ -137,7 +140,7 @@ func (r *opReader) next() byte {
 func (r *opReader) done() bool { return r.i >= len(r.b) }
 
 var fuzzKinds = []action.Kind{
-	action.PointerMove, action.Wheel, action.PointerDown, action.PointerUp, action.KeyDown, action.KeyUp,
+	action.PointerMove, action.Wheel, action.PointerDown, action.PointerUp, action.Click, action.KeyDown, action.KeyUp,
 	action.TextInsert, action.Navigate, action.Back, action.Reload, action.Viewport, action.ClipboardRead,
 	action.Heartbeat, action.ReleaseAll, "bogus",
 }

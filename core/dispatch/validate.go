@@ -28,7 +28,7 @@ const (
 // invalid_argument, too_large), or nil. Messages never echo field values.
 func Validate(a action.Action) error {
 	switch a.Kind {
-	case action.PointerMove, action.Wheel, action.PointerDown, action.PointerUp,
+	case action.PointerMove, action.Wheel, action.PointerDown, action.PointerUp, action.Click,
 		action.KeyDown, action.KeyUp, action.TextInsert, action.Navigate,
 		action.Back, action.Forward, action.Reload, action.Stop, action.Viewport,
 		action.ClipboardWrite, action.ClipboardRead, action.DialogResponse, action.Heartbeat:
@@ -74,7 +74,7 @@ func Validate(a action.Action) error {
 	}
 
 	switch a.Kind {
-	case action.PointerDown, action.PointerUp:
+	case action.PointerDown, action.PointerUp, action.Click:
 		if a.Button == "" {
 			return action.Errorf(action.CodeInvalidArgument, "button is required")
 		}

@@ -119,7 +119,7 @@ func (d *Dispatcher) nextLocked() (job, bool) {
 
 func isPointer(k action.Kind) bool {
 	switch k {
-	case action.PointerMove, action.PointerDown, action.PointerUp, action.Wheel:
+	case action.PointerMove, action.PointerDown, action.PointerUp, action.Wheel, action.Click:
 		return true
 	}
 	return false

@@ -503,3 +503,43 @@ func TestPointerGestureIsOneProducers(t *testing.T) {
 		t.Fatalf("order %s: the bot's pointer ran inside the person's click", got)
 	}
 }
+
+// An agent's click action is a pointer action too: it waits for a person's
+// release, and it is charged one credit like a press.
+func TestClickActionWaitsForGesture(t *testing.T) {
+	h := newHarness(t, Config{Burst: 2}) // the fake clock stands still: no refill
+	person := h.d.Grant(KindHuman, "alice")
+	bot := h.d.Grant(KindAgent, "bot")
+	unblock := h.ex.blockOn("https://slow.test/")
+	h.ctl(bot, 1, "slow", nav("https://slow.test/"))
+	h.waitStarted("https://slow.test/")
+	down := action.Action{Kind: action.PointerDown, X: 0.1, Y: 0.1, Button: "left", ClickCount: 1}
+	up := action.Action{Kind: action.PointerUp, X: 0.1, Y: 0.1, Button: "left", ClickCount: 1}
+	click := action.Action{Kind: action.Click, X: 0.9, Y: 0.9, Button: "left", ClickCount: 1}
+	h.ctl(person, 1, "p-down", down)
+	h.ctl(bot, 2, "b-click", click)
+	h.ctl(person, 2, "p-up", up)
+	// The bot's budget (2) went on the navigation and the click.
+	if k := first(t, h.ctl(bot, 3, "b-click-2", click)); k.Code != action.CodeRateLimited {
+		t.Fatalf("third charged action: %+v, want rate_limited", k)
+	}
+	unblock()
+	h.idle()
+	var order []string
+	for _, c := range h.ex.snapshot()[1:] {
+		who := map[string]string{person.ID: "p", bot.ID: "b"}[c.producer]
+		order = append(order, who+":"+string(c.a.Kind))
+	}
+	if got := strings.Join(order, " "); got != "p:pointer_down p:pointer_up b:click" {
+		t.Fatalf("order %s: the bot's click ran inside the person's press", got)
+	}
+	for _, bad := range []action.Action{
+		{Kind: action.Click, X: 0.5, Y: 0.5},
+		{Kind: action.Click, X: 1.5, Y: 0.5, Button: "left"},
+		{Kind: action.Click, X: 0.5, Y: 0.5, Button: "left", ClickCount: 4},
+	} {
+		if err := Validate(bad); err == nil {
+			t.Errorf("Validate(%+v) = nil", bad)
+		}
+	}
+}

@@ -38,6 +38,8 @@ const (
 	titlePoll        = time.Second
 	initTimeout      = 10 * time.Second
 	closeTimeout     = 2 * time.Second
+	pipeDial         = 2 * time.Second
+	pipeRetry        = 10 * time.Second
 	fetchWorkers     = 2
 	fetchQueue       = 128
 	maxNotes         = 64
@@ -100,6 +102,8 @@ type Executor struct {
 	mu        sync.Mutex
 	producers map[string]*held
 	pos       [2]float64 // last pointer position, CSS px
+	pipe      *pipe      // own connection to the page, for clicks; lazily
+	pipeTried time.Time
 	last      click
 	clip      string // the page's clipboard (see clipboard.go)
 
@@ -219,6 +223,10 @@ func (e *Executor) Close() {
 		e.wg.Wait()
 		e.mu.Lock()
 		defer e.mu.Unlock()
+		if e.pipe != nil {
+			e.pipe.close()
+			e.pipe = nil
+		}
 		for id := range e.producers {
 			if err := e.release(ctx, id, true); err != nil {
 				e.log.Debug("input: release on close", "err", err)
@@ -277,7 +285,7 @@ func (e *Executor) exec(ctx context.Context, pid string, a action.Action) (strin
 		return "", action.Errorf(action.CodeStalePage, "the page changed")
 	}
 	switch a.Kind {
-	case action.PointerMove, action.PointerDown, action.Wheel, action.KeyDown, action.TextInsert, action.ClipboardRead:
+	case action.PointerMove, action.PointerDown, action.Click, action.Wheel, action.KeyDown, action.TextInsert, action.ClipboardRead:
 		// The renderer is blocked under a dialog; its events would queue.
 		if e.dialogOpen() {
 			return "", errDialogOpen
@@ -286,6 +294,8 @@ func (e *Executor) exec(ctx context.Context, pid string, a action.Action) (strin
 	switch a.Kind {
 	case action.PointerMove, action.PointerDown, action.PointerUp, action.Wheel:
 		return "", e.pointer(ctx, pid, a)
+	case action.Click:
+		return "", e.click(ctx, a)
 	case action.KeyDown:
 		return e.keyDown(ctx, pid, a)
 	case action.KeyUp:

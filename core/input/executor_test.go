@@ -580,3 +580,76 @@ func TestPickerTitleHidden(t *testing.T) {
 	h.eval(`document.title = "renamed"`, nil)
 	h.eventually("the new title", func() bool { return h.ex.PageState().Title == "renamed" })
 }
+
+// A click action is a press and its release sent back to back on the
+// executor's own connection: the page sees the full sequence, in order,
+// with the click count and modifiers, and nothing stays held.
+func TestClickAction(t *testing.T) {
+	h := newHarness(t, testPolicy())
+	h.load("/clicks")
+	nx, ny := h.at(50, 50)
+	h.do(action.Action{Kind: action.Click, X: nx, Y: ny, Button: "left", ClickCount: 1})
+	h.do(action.Action{Kind: action.Click, X: nx, Y: ny, Button: "left", ClickCount: 2})
+	h.do(action.Action{Kind: action.Click, X: nx, Y: ny, Button: "left", ClickCount: 1, Modifiers: action.ModShift})
+	var log []string
+	h.eval(`window.log`, &log)
+	want := []string{
+		"mousedown:0:1:1:false", "mouseup:0:1:0:false", "click:0:1:0:false",
+		"mousedown:0:2:1:false", "mouseup:0:2:0:false", "click:0:2:0:false", "dblclick:0:2:0:false",
+		"mousedown:0:1:1:true", "mouseup:0:1:0:true", "click:0:1:0:true",
+	}
+	if strings.Join(log, " ") != strings.Join(want, " ") {
+		t.Fatalf("page saw\n%q\nwant\n%q", log, want)
+	}
+	h.ex.mu.Lock()
+	pipelined, held := h.ex.pipe != nil, h.ex.buttonsHeld()
+	h.ex.mu.Unlock()
+	if !pipelined {
+		t.Fatal("the clicks did not go over the executor's own connection")
+	}
+	if held != 0 {
+		t.Fatalf("buttons held after clicks: %b", held)
+	}
+	pol := testPolicy()
+	pol.AllowRightClick = false
+	r := newHarness(t, pol)
+	r.load("/clicks")
+	r.refused(action.Action{Kind: action.Click, X: 0.5, Y: 0.5, Button: "right"}, action.CodeNotAllowed)
+}
+
+// Without its own connection (it closed, or could not be dialed) a click
+// still works, one round trip per event on the page's connection, and the
+// connection is dialed again later.
+func TestClickActionFallback(t *testing.T) {
+	h := newHarness(t, testPolicy())
+	h.load("/clicks")
+	nx, ny := h.at(50, 50)
+	h.do(action.Action{Kind: action.Click, X: nx, Y: ny, Button: "left", ClickCount: 1})
+	h.ex.mu.Lock()
+	first := h.ex.pipe
+	first.conn.Close() // as when Chromium drops the socket
+	h.ex.mu.Unlock()
+	<-first.done
+	h.ex.mu.Lock()
+	h.ex.pipeTried = time.Now() // within pipeRetry: no new dial yet
+	h.ex.mu.Unlock()
+	h.do(action.Action{Kind: action.Click, X: nx, Y: ny, Button: "left", ClickCount: 1})
+	h.ex.mu.Lock()
+	if h.ex.pipe != nil {
+		t.Error("a closed connection was kept")
+	}
+	h.ex.pipeTried = time.Time{}
+	h.ex.mu.Unlock()
+	h.do(action.Action{Kind: action.Click, X: nx, Y: ny, Button: "left", ClickCount: 1})
+	h.ex.mu.Lock()
+	again := h.ex.pipe
+	h.ex.mu.Unlock()
+	if again == nil || again == first {
+		t.Error("the connection was not dialed again")
+	}
+	var log []string
+	h.eval(`window.log`, &log)
+	if n := strings.Count(strings.Join(log, " "), "click:0:1:0"); n != 3 {
+		t.Fatalf("%d clicks seen, want 3: %q", n, log)
+	}
+}

@@ -79,6 +79,8 @@ var fixtures = map[string]string{
 <script>window.pastes=[]; document.addEventListener('paste', e => pastes.push(e.clipboardData.getData('text/plain')))</script>`,
 	"/events": `<title>events</title><script>window.log=[];
 for (const t of ['mousedown','mouseup','keydown','keyup']) document.addEventListener(t, e => log.push(t + ':' + (e.key || e.button)))</script>`,
+	"/clicks": `<title>clicks</title><body style="margin:0;height:100vh"><script>window.log=[];
+for (const t of ['mousedown','mouseup','click','dblclick']) document.addEventListener(t, e => log.push(t + ':' + e.button + ':' + e.detail + ':' + e.buttons + ':' + e.shiftKey))</script>`,
 	"/unload": `<title>unload</title><script>onbeforeunload = e => { e.preventDefault(); e.returnValue = 'x' }</script>`,
 	"/a":      `<title>page a</title><p>a</p>`,
 	"/b":      `<title>page b</title><p>b</p>`,
