@@ -21,9 +21,12 @@ const (
 	// Click is a press and its release at one point, as one action: the
 	// executor sends both without waiting in between, and nothing stays
 	// held after it. Agents click with it; the panel sends down and up.
-	Click          Kind = "click"
-	KeyDown        Kind = "key_down"
-	KeyUp          Kind = "key_up"
+	Click   Kind = "click"
+	KeyDown Kind = "key_down"
+	KeyUp   Kind = "key_up"
+	// KeyPress is a key's down and up as one action (as Click is for a
+	// button): agents press keys with it.
+	KeyPress       Kind = "key_press"
 	TextInsert     Kind = "text_insert" // committed text, IME composition end, paste
 	Navigate       Kind = "navigate"
 	Back           Kind = "back"

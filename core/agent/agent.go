@@ -312,27 +312,6 @@ func (d *driver) submit(ctx context.Context, a action.Action) (uint64, *action.R
 	return w.wait(ctx)
 }
 
-// pressRelease submits a press and its release back to back — the release
-// queued behind the press, not sent after the press's completion came back
-// — and waits for both: one round trip between the worker and this
-// goroutine instead of two. Only for a release: it runs even when the
-// press failed, which for a release is harmless (it ends a hold that may
-// not exist); the press's error comes first in the one returned.
-func (d *driver) pressRelease(ctx context.Context, press, release action.Action) (uint64, error) {
-	wp, err := d.accept(ctx, press)
-	if err != nil {
-		return wp.rev, err
-	}
-	wr, rerr := d.accept(ctx, release)
-	rev, _, err := wp.wait(ctx)
-	if rerr == nil {
-		var rrev uint64
-		rrev, _, rerr = wr.wait(ctx)
-		rev = max(rev, rrev)
-	}
-	return rev, errors.Join(err, rerr)
-}
-
 // budgetWait is about one token of the dispatcher's default refill (8/s).
 const budgetWait = 125 * time.Millisecond
 

@@ -179,17 +179,13 @@ func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		if rev, err = d.pressRelease(ctx,
-			action.Action{Kind: action.KeyDown, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl},
-			action.Action{Kind: action.KeyUp, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl}); err != nil {
+		if rev, _, err = d.submit(ctx, action.Action{Kind: action.KeyPress, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl}); err != nil {
 			return nil, err
 		}
 		if r.Text != "" {
 			rev, _, err = d.submit(ctx, action.Action{Kind: action.TextInsert, Text: r.Text})
 		} else {
-			rev, err = d.pressRelease(ctx,
-				action.Action{Kind: action.KeyDown, Key: "Backspace", Code: "Backspace"},
-				action.Action{Kind: action.KeyUp, Key: "Backspace", Code: "Backspace"})
+			rev, _, err = d.submit(ctx, action.Action{Kind: action.KeyPress, Key: "Backspace", Code: "Backspace"})
 		}
 		if err != nil {
 			return nil, err
@@ -446,7 +442,8 @@ func (d *driver) press(ctx context.Context, chord string) (uint64, error) {
 			return 0, errorf(action.CodeInvalidArgument, false, "modifiers: Control, Shift, Alt, Meta", "unknown modifier %q", m)
 		}
 	}
-	return d.pressRelease(ctx, action.Action{Kind: action.KeyDown, Key: key, Modifiers: mods}, action.Action{Kind: action.KeyUp, Key: key, Modifiers: mods})
+	rev, _, err := d.submit(ctx, action.Action{Kind: action.KeyPress, Key: key, Modifiers: mods})
+	return rev, err
 }
 
 func (d *driver) selectOption(ctx context.Context, r Request) (*Result, error) {

@@ -21,7 +21,7 @@ var validateCodes = map[string]bool{
 
 // oracleValid restates Validate's rules independently, field by field.
 func oracleValid(a action.Action) bool {
-	clientKinds := "pointer_move wheel pointer_down pointer_up click key_down key_up text_insert navigate back forward reload stop viewport clipboard_write clipboard_read dialog_response heartbeat"
+	clientKinds := "pointer_move wheel pointer_down pointer_up click key_down key_up key_press text_insert navigate back forward reload stop viewport clipboard_write clipboard_read dialog_response heartbeat"
 	if a.Kind == "" || strings.Contains(string(a.Kind), " ") || !strings.Contains(" "+clientKinds+" ", " "+string(a.Kind)+" ") {
 		return false
 	}
@@ -49,7 +49,7 @@ func oracleValid(a action.Action) bool {
 		return false
 	}
 	switch a.Kind {
-	case action.KeyDown, action.KeyUp:
+	case action.KeyDown, action.KeyUp, action.KeyPress:
 		return a.Key != "" || a.Code != ""
 	case action.TextInsert:
 		return a.Text != ""
@@ -82,6 +82,8 @@ func FuzzValidate(f *testing.F) {
 		{kind: "pointer_move", x: math.NaN()},
 		{kind: "key_down", key: "a", code: "KeyA", mods: action.ModCtrl | action.ModShift},
 		{kind: "key_up", mods: 16},
+		{kind: "key_press", key: "Enter", code: "Enter"},
+		{kind: "key_press"},
 		{kind: "key_down", code: strings.Repeat("K", 65)},
 		{kind: "text_insert", text: "héllo"},
 		{kind: "text_insert"},
@@ -140,7 +142,7 @@ func (r *opReader) next() byte {
 func (r *opReader) done() bool { return r.i >= len(r.b) }
 
 var fuzzKinds = []action.Kind{
-	action.PointerMove, action.Wheel, action.PointerDown, action.PointerUp, action.Click, action.KeyDown, action.KeyUp,
+	action.PointerMove, action.Wheel, action.PointerDown, action.PointerUp, action.Click, action.KeyDown, action.KeyUp, action.KeyPress,
 	action.TextInsert, action.Navigate, action.Back, action.Reload, action.Viewport, action.ClipboardRead,
 	action.Heartbeat, action.ReleaseAll, "bogus",
 }

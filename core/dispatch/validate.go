@@ -29,7 +29,7 @@ const (
 func Validate(a action.Action) error {
 	switch a.Kind {
 	case action.PointerMove, action.Wheel, action.PointerDown, action.PointerUp, action.Click,
-		action.KeyDown, action.KeyUp, action.TextInsert, action.Navigate,
+		action.KeyDown, action.KeyUp, action.KeyPress, action.TextInsert, action.Navigate,
 		action.Back, action.Forward, action.Reload, action.Stop, action.Viewport,
 		action.ClipboardWrite, action.ClipboardRead, action.DialogResponse, action.Heartbeat:
 	case action.ReleaseAll:
@@ -78,7 +78,7 @@ func Validate(a action.Action) error {
 		if a.Button == "" {
 			return action.Errorf(action.CodeInvalidArgument, "button is required")
 		}
-	case action.KeyDown, action.KeyUp:
+	case action.KeyDown, action.KeyUp, action.KeyPress:
 		if a.Key == "" && a.Code == "" {
 			return action.Errorf(action.CodeInvalidArgument, "key or code is required")
 		}

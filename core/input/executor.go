@@ -285,7 +285,7 @@ func (e *Executor) exec(ctx context.Context, pid string, a action.Action) (strin
 		return "", action.Errorf(action.CodeStalePage, "the page changed")
 	}
 	switch a.Kind {
-	case action.PointerMove, action.PointerDown, action.Click, action.Wheel, action.KeyDown, action.TextInsert, action.ClipboardRead:
+	case action.PointerMove, action.PointerDown, action.Click, action.Wheel, action.KeyDown, action.KeyPress, action.TextInsert, action.ClipboardRead:
 		// The renderer is blocked under a dialog; its events would queue.
 		if e.dialogOpen() {
 			return "", errDialogOpen
@@ -300,6 +300,8 @@ func (e *Executor) exec(ctx context.Context, pid string, a action.Action) (strin
 		return e.keyDown(ctx, pid, a)
 	case action.KeyUp:
 		return "", e.keyUp(ctx, pid, a)
+	case action.KeyPress:
+		return e.keyPress(ctx, pid, a)
 	case action.TextInsert:
 		return "", e.insertText(ctx, a.Text)
 	case action.ClipboardWrite:

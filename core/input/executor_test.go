@@ -653,3 +653,41 @@ func TestClickActionFallback(t *testing.T) {
 		t.Fatalf("%d clicks seen, want 3: %q", n, log)
 	}
 }
+
+// A key press action is a key's down and up, pipelined like a click's
+// press and release, under the same shortcut policy; a clipboard shortcut
+// takes the step-by-step path and still answers its text.
+func TestKeyPressAction(t *testing.T) {
+	h := newHarness(t, testPolicy())
+	h.load("/events")
+	h.do(action.Action{Kind: action.KeyPress, Key: "a", Code: "KeyA"})
+	h.do(action.Action{Kind: action.KeyPress, Key: "Tab", Code: "Tab", Modifiers: action.ModShift})
+	h.refused(action.Action{Kind: action.KeyPress, Key: "o", Code: "KeyO", Modifiers: action.ModCtrl}, action.CodeShortcutBlocked)
+	var log []string
+	h.eval(`window.log`, &log)
+	if got := strings.Join(log, " "); got != "keydown:a keyup:a keydown:Tab keyup:Tab" {
+		t.Fatalf("page saw %q", got)
+	}
+	h.ex.mu.Lock()
+	held := len(h.ex.producers)
+	h.ex.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d producers hold input after key presses", held)
+	}
+
+	c := newHarness(t, testPolicy())
+	c.load("/paste")
+	c.do(action.Action{Kind: action.ClipboardWrite, Text: "abc"})
+	c.click(100, 20)
+	c.do(action.Action{Kind: action.KeyPress, Key: "v", Code: "KeyV", Modifiers: action.ModCtrl})
+	c.do(action.Action{Kind: action.KeyPress, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl})
+	if res := c.do(action.Action{Kind: action.KeyPress, Key: "c", Code: "KeyC", Modifiers: action.ModCtrl}); res.Text != "abc" {
+		t.Fatalf("Ctrl+C as a key press answered %q, want abc", res.Text)
+	}
+	c.ex.mu.Lock()
+	held = len(c.ex.producers)
+	c.ex.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d producers hold input after clipboard key presses", held)
+	}
+}

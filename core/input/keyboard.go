@@ -2,6 +2,7 @@ package input
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -110,13 +111,49 @@ func editCommands(ke keyEvent) []string {
 }
 
 func (e *Executor) keyDown(ctx context.Context, pid string, a action.Action) (string, error) {
+	ke, p, op, err := e.keyDownParams(a)
+	if err != nil {
+		return "", err
+	}
+	h := e.holder(pid)
+	h.keys[keyID(ke)] = ke
+	if _, err := call(ctx, e, dispatchKey, p); err != nil {
+		// A dialog opened by a keydown handler: the key got there.
+		return "", pendingOK(err)
+	}
+	if op == "" {
+		return "", nil
+	}
+	return e.clipboardKey(ctx, op)
+}
+
+// keyPress presses and releases a key as one action, the release sent
+// right behind the press (as click does). A clipboard shortcut goes step
+// by step: its copy or paste follows the key down's reply.
+func (e *Executor) keyPress(ctx context.Context, pid string, a action.Action) (string, error) {
+	ke, down, op, err := e.keyDownParams(a)
+	if err != nil {
+		return "", err
+	}
+	if op != "" {
+		text, err := e.keyDown(ctx, pid, a)
+		return text, errors.Join(err, e.keyUp(ctx, pid, a))
+	}
+	return "", pendingOK(e.guard(ctx, func(ctx context.Context) error {
+		return e.pair(ctx, dispatchKey.Method, down, keyUpParams(ke))
+	}))
+}
+
+// keyDownParams maps a key_down (or key press) to its CDP event, under
+// the shortcut policy; op is the clipboard operation it stands for, if any.
+func (e *Executor) keyDownParams(a action.Action) (keyEvent, keyParams, string, error) {
 	ke, err := mapKey(a)
 	if err != nil {
-		return "", action.Errorf(action.CodeInvalidArgument, "%s", err.Error())
+		return ke, keyParams{}, "", action.Errorf(action.CodeInvalidArgument, "%s", err.Error())
 	}
 	for _, sc := range e.pol.shortcuts {
 		if sc.matches(ke.key, ke.code, ke.mods) {
-			return "", action.Errorf(action.CodeShortcutBlocked, "shortcut blocked by policy")
+			return ke, keyParams{}, "", action.Errorf(action.CodeShortcutBlocked, "shortcut blocked by policy")
 		}
 	}
 	op := clipboardOp(ke)
@@ -135,16 +172,7 @@ func (e *Executor) keyDown(ctx context.Context, pid string, a action.Action) (st
 	if ke.text != "" {
 		p.Type, p.Text, p.UnmodifiedText = "keyDown", ke.text, ke.text
 	}
-	h := e.holder(pid)
-	h.keys[keyID(ke)] = ke
-	if _, err := call(ctx, e, dispatchKey, p); err != nil {
-		// A dialog opened by a keydown handler: the key got there.
-		return "", pendingOK(err)
-	}
-	if op == "" {
-		return "", nil
-	}
-	return e.clipboardKey(ctx, op)
+	return ke, p, op, nil
 }
 
 func (e *Executor) keyUp(ctx context.Context, pid string, a action.Action) error {

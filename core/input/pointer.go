@@ -206,24 +206,26 @@ func (e *Executor) click(ctx context.Context, a action.Action) error {
 	release := press
 	release.Type, release.Buttons = "mouseReleased", held
 	e.pos = [2]float64{x, y}
-	return pendingOK(e.guard(ctx, func(ctx context.Context) error { return e.pair(ctx, press, release) }))
+	return pendingOK(e.guard(ctx, func(ctx context.Context) error { return e.pair(ctx, dispatchMouse.Method, press, release) }))
 }
 
-// pair sends two mouse events in order, pipelined on the executor's own
-// connection when it has one, else one after the other on the page's.
-func (e *Executor) pair(ctx context.Context, first, second mouseEvent) error {
+// pair sends two input events (of one CDP method) in order, pipelined on
+// the executor's own connection when it has one, else one after the other
+// on the page's. The second is sent even when the first failed: it is
+// always a release.
+func (e *Executor) pair(ctx context.Context, method string, first, second any) error {
 	if p := e.inputPipe(ctx); p != nil {
-		if r1, err := p.send(dispatchMouse.Method, first); err == nil {
-			r2, err := p.send(dispatchMouse.Method, second)
+		if r1, err := p.send(method, first); err == nil {
+			r2, err := p.send(method, second)
 			if err != nil {
 				// The first went out: the second must follow it.
-				return errors.Join(r1.wait(ctx), e.t.Call(ctx, dispatchMouse.Method, second, nil))
+				return errors.Join(r1.wait(ctx), e.t.Call(ctx, method, second, nil))
 			}
 			return errors.Join(r1.wait(ctx), r2.wait(ctx))
 		}
 	}
-	err := e.t.Call(ctx, dispatchMouse.Method, first, nil)
-	return errors.Join(err, e.t.Call(ctx, dispatchMouse.Method, second, nil))
+	err := e.t.Call(ctx, method, first, nil)
+	return errors.Join(err, e.t.Call(ctx, method, second, nil))
 }
 
 // inputPipe returns the executor's own connection to the page, dialing it

@@ -171,7 +171,7 @@ func (m *Metrics) InputCleanup(reason string) {
 
 var kinds = map[action.Kind]bool{
 	action.PointerMove: true, action.Wheel: true, action.PointerDown: true, action.PointerUp: true, action.Click: true,
-	action.KeyDown: true, action.KeyUp: true, action.TextInsert: true, action.Navigate: true,
+	action.KeyDown: true, action.KeyUp: true, action.KeyPress: true, action.TextInsert: true, action.Navigate: true,
 	action.Back: true, action.Forward: true, action.Reload: true, action.Stop: true,
 	action.Viewport: true, action.ClipboardWrite: true, action.ClipboardRead: true,
 	action.DialogResponse: true, action.Heartbeat: true, action.ReleaseAll: true,
