@@ -542,6 +542,13 @@ func TestCloseNoLeak(t *testing.T) {
 	if err := p.Navigate(ctx, fixture.URL+"/events"); err != nil {
 		t.Fatal(err)
 	}
+	// A click dials the executor's own connection: Close ends its reader.
+	if _, err := ex.Execute(ctx, "p", action.Action{Kind: action.Click, X: 0.5, Y: 0.5, Button: "left"}); err != nil {
+		t.Fatal(err)
+	}
+	if ex.pipe == nil {
+		t.Fatal("no own connection after a click")
+	}
 	if _, err := ex.Execute(ctx, "p", action.Action{Kind: action.KeyDown, Key: "a", Code: "KeyA"}); err != nil {
 		t.Fatal(err)
 	}
