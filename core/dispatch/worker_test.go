@@ -471,17 +471,39 @@ func TestConcurrentProducers(t *testing.T) {
 // TestPointerGestureIsOneProducers: while one producer holds a mouse
 // button, another's pointer actions wait (its keys do not), so a click or
 // a drag is never split by someone else's pointer.
-func TestPointerGestureIsOneProducers(t *testing.T) {
-	h := newHarness(t, Config{})
-	person := h.d.Grant(KindHuman, "alice")
-	bot := h.d.Grant(KindAgent, "bot")
-	unblock := h.ex.blockOn("https://slow.test/")
+// gestureSetup grants a person and a bot and keeps the worker busy on the
+// bot's navigation (its first action) until unblock is called, so that
+// what the test queues next waits together.
+func gestureSetup(t *testing.T, cfg Config) (h *harness, person, bot Producer, unblock func()) {
+	h = newHarness(t, cfg)
+	person = h.d.Grant(KindHuman, "alice")
+	bot = h.d.Grant(KindAgent, "bot")
+	unblock = h.ex.blockOn("https://slow.test/")
 	h.ctl(bot, 1, "slow", nav("https://slow.test/"))
 	h.waitStarted("https://slow.test/")
+	return h, person, bot, unblock
+}
+
+// runOrder is who ran what after the first (blocking) call: "p:kind b:kind".
+func runOrder(h *harness, person, bot Producer) string {
+	var order []string
+	for _, c := range h.ex.snapshot()[1:] {
+		who := map[string]string{person.ID: "p", bot.ID: "b"}[c.producer]
+		order = append(order, who+":"+string(c.a.Kind))
+	}
+	return strings.Join(order, " ")
+}
+
+var (
+	personDown = action.Action{Kind: action.PointerDown, X: 0.1, Y: 0.1, Button: "left", ClickCount: 1}
+	personUp   = action.Action{Kind: action.PointerUp, X: 0.1, Y: 0.1, Button: "left", ClickCount: 1}
+)
+
+func TestPointerGestureIsOneProducers(t *testing.T) {
+	h, person, bot, unblock := gestureSetup(t, Config{})
 	// Queued while the worker is busy: the person's press, the bot's whole
 	// click and a key, then the person's release.
-	down := action.Action{Kind: action.PointerDown, X: 0.1, Y: 0.1, Button: "left", ClickCount: 1}
-	up := action.Action{Kind: action.PointerUp, X: 0.1, Y: 0.1, Button: "left", ClickCount: 1}
+	down, up := personDown, personUp
 	bdown, bup := down, up
 	bdown.X, bup.X = 0.9, 0.9
 	h.ctl(person, 1, "p-down", down)
@@ -491,12 +513,7 @@ func TestPointerGestureIsOneProducers(t *testing.T) {
 	h.ctl(person, 2, "p-up", up)
 	unblock()
 	h.idle()
-	var order []string
-	for _, c := range h.ex.snapshot()[1:] {
-		who := map[string]string{person.ID: "p", bot.ID: "b"}[c.producer]
-		order = append(order, who+":"+string(c.a.Kind))
-	}
-	got := strings.Join(order, " ")
+	got := runOrder(h, person, bot)
 	// The bot's pointer waits for the person's release (and its key, queued
 	// behind its pointer, follows in its own order).
 	if got != "p:pointer_down p:pointer_up b:pointer_down b:pointer_up b:key_down" {
@@ -507,30 +524,18 @@ func TestPointerGestureIsOneProducers(t *testing.T) {
 // An agent's click action is a pointer action too: it waits for a person's
 // release, and it is charged one credit like a press.
 func TestClickActionWaitsForGesture(t *testing.T) {
-	h := newHarness(t, Config{Burst: 2}) // the fake clock stands still: no refill
-	person := h.d.Grant(KindHuman, "alice")
-	bot := h.d.Grant(KindAgent, "bot")
-	unblock := h.ex.blockOn("https://slow.test/")
-	h.ctl(bot, 1, "slow", nav("https://slow.test/"))
-	h.waitStarted("https://slow.test/")
-	down := action.Action{Kind: action.PointerDown, X: 0.1, Y: 0.1, Button: "left", ClickCount: 1}
-	up := action.Action{Kind: action.PointerUp, X: 0.1, Y: 0.1, Button: "left", ClickCount: 1}
+	h, person, bot, unblock := gestureSetup(t, Config{Burst: 2}) // the fake clock stands still: no refill
 	click := action.Action{Kind: action.Click, X: 0.9, Y: 0.9, Button: "left", ClickCount: 1}
-	h.ctl(person, 1, "p-down", down)
+	h.ctl(person, 1, "p-down", personDown)
 	h.ctl(bot, 2, "b-click", click)
-	h.ctl(person, 2, "p-up", up)
+	h.ctl(person, 2, "p-up", personUp)
 	// The bot's budget (2) went on the navigation and the click.
 	if k := first(t, h.ctl(bot, 3, "b-click-2", click)); k.Code != action.CodeRateLimited {
 		t.Fatalf("third charged action: %+v, want rate_limited", k)
 	}
 	unblock()
 	h.idle()
-	var order []string
-	for _, c := range h.ex.snapshot()[1:] {
-		who := map[string]string{person.ID: "p", bot.ID: "b"}[c.producer]
-		order = append(order, who+":"+string(c.a.Kind))
-	}
-	if got := strings.Join(order, " "); got != "p:pointer_down p:pointer_up b:click" {
+	if got := runOrder(h, person, bot); got != "p:pointer_down p:pointer_up b:click" {
 		t.Fatalf("order %s: the bot's click ran inside the person's press", got)
 	}
 	for _, bad := range []action.Action{

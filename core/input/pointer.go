@@ -221,7 +221,14 @@ func (e *Executor) pair(ctx context.Context, method string, first, second any) e
 				// The first went out: the second must follow it.
 				return errors.Join(r1.wait(ctx), e.t.Call(ctx, method, second, nil))
 			}
-			return errors.Join(r1.wait(ctx), r2.wait(ctx))
+			err1, err2 := r1.wait(ctx), r2.wait(ctx)
+			if errors.Is(err1, errPipeClosed) || errors.Is(err2, errPipeClosed) {
+				// Both went out, and the page's own socket closed before
+				// the replies: the page closed (a click on "close" does
+				// that), and what it closed on was this input.
+				return nil
+			}
+			return errors.Join(err1, err2)
 		}
 	}
 	err := e.t.Call(ctx, method, first, nil)
@@ -248,7 +255,8 @@ func (e *Executor) inputPipe(ctx context.Context) *pipe {
 	defer cancel()
 	p, err := dialPipe(dctx, url)
 	if err != nil {
-		e.log.Debug("input: own connection to the page failed; clicks take two round trips", "err", err)
+		// The error would name the DevTools address: logs get none.
+		e.log.Debug("input: own connection to the page failed; a click or key press takes two round trips", "timeout", errors.Is(err, context.DeadlineExceeded))
 		return nil
 	}
 	e.pipe = p
