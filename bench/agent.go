@@ -40,12 +40,12 @@ const (
 	agentTarget  = 1.3
 	agentTimeout = 4 * time.Minute
 	// Pacing keeps the timed agent actions inside the dispatcher's
-	// per-producer budget (burst 16, refill 8/s): a click costs at most two
-	// credits, a fill at most five. The burst row shows the unpaced case.
+	// per-producer budget (burst 16, refill 8/s): a click costs one credit,
+	// a fill two. The burst row shows the unpaced case.
 	agentClickPace = 260 * time.Millisecond
 	agentFillPace  = 650 * time.Millisecond
 	// The unpaced agent rows send groups that fit in the burst: a click
-	// costs one credit, a fill three; before each group the budget refills.
+	// costs one credit, a fill two; before each group the budget refills.
 	agentHotGroup  = 5
 	agentHotRefill = 2 * time.Second
 )
@@ -357,7 +357,7 @@ func agentMeasure(ctx context.Context, rep *agentReport) error {
 		unjudged(agentRow("fill, floor focusing with DOM.focus", tcFills, flFocusFills, "DOM.focus + Ctrl+A down/up + Input.insertText over the selection"),
 			"other steps: tabcast's fill clicks the field, as a person would"),
 		unjudged(agentRow(fmt.Sprintf("fill, back-to-back ×%d (unpaced)", agentBurst), tcBurst, flBurst, "as fill, no pacing"),
-			"rate budget: a fill is 3 credits of 16, refilled at 8/s"),
+			"rate budget: a fill is 2 credits of 16, refilled at 8/s"),
 		agentRow("click by ref, floor paced as tabcast", tcClicks, flPacedClicks, "as click by ref, each after the same idle gap as tabcast's clicks"),
 		agentRow("fill, floor paced as tabcast", tcFills, flPacedFills, "as fill, each after the same idle gap as tabcast's fills"),
 		agentRow(fmt.Sprintf("click by ref, both back to back (tabcast ×%d)", agentHotGroup), tcHotClicks, flClicks, "as click by ref; tabcast's in groups of 5 inside the budget"),

@@ -72,6 +72,10 @@ type Action struct {
 
 	// Text for text_insert and clipboard_write. Never logged.
 	Text string `json:"text,omitempty" cbor:"text,omitempty"`
+	// Replace (text_insert): select all of the focused field first (Ctrl+A),
+	// so the text replaces its content; with no text, the content is
+	// deleted (Backspace). The keys and the text go out back to back.
+	Replace bool `json:"replace,omitempty" cbor:"replace,omitempty"`
 
 	URL string `json:"url,omitempty" cbor:"url,omitempty"`
 

@@ -179,15 +179,7 @@ func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		if rev, _, err = d.submit(ctx, action.Action{Kind: action.KeyPress, Key: "a", Code: "KeyA", Modifiers: action.ModCtrl}); err != nil {
-			return nil, err
-		}
-		if r.Text != "" {
-			rev, _, err = d.submit(ctx, action.Action{Kind: action.TextInsert, Text: r.Text})
-		} else {
-			rev, _, err = d.submit(ctx, action.Action{Kind: action.KeyPress, Key: "Backspace", Code: "Backspace"})
-		}
-		if err != nil {
+		if rev, _, err = d.submit(ctx, action.Action{Kind: action.TextInsert, Text: r.Text, Replace: true}); err != nil {
 			return nil, err
 		}
 		res.ActionRevision, res.Summary = rev, fmt.Sprintf("filled %s (%d characters)", what, len([]rune(r.Text)))

@@ -52,7 +52,7 @@ func oracleValid(a action.Action) bool {
 	case action.KeyDown, action.KeyUp, action.KeyPress:
 		return a.Key != "" || a.Code != ""
 	case action.TextInsert:
-		return a.Text != ""
+		return a.Text != "" || a.Replace
 	case action.Navigate:
 		return a.URL != ""
 	case action.Viewport:

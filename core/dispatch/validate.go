@@ -83,7 +83,7 @@ func Validate(a action.Action) error {
 			return action.Errorf(action.CodeInvalidArgument, "key or code is required")
 		}
 	case action.TextInsert:
-		if a.Text == "" {
+		if a.Text == "" && !a.Replace {
 			return action.Errorf(action.CodeInvalidArgument, "text is required")
 		}
 	case action.Navigate:

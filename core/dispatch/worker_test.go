@@ -542,9 +542,13 @@ func TestClickActionWaitsForGesture(t *testing.T) {
 		{Kind: action.Click, X: 0.5, Y: 0.5},
 		{Kind: action.Click, X: 1.5, Y: 0.5, Button: "left"},
 		{Kind: action.Click, X: 0.5, Y: 0.5, Button: "left", ClickCount: 4},
+		{Kind: action.TextInsert},
 	} {
 		if err := Validate(bad); err == nil {
 			t.Errorf("Validate(%+v) = nil", bad)
 		}
+	}
+	if err := Validate(action.Action{Kind: action.TextInsert, Replace: true}); err != nil {
+		t.Errorf("a replace with no text (delete the field's content): %v", err)
 	}
 }

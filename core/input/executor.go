@@ -303,6 +303,9 @@ func (e *Executor) exec(ctx context.Context, pid string, a action.Action) (strin
 	case action.KeyPress:
 		return e.keyPress(ctx, pid, a)
 	case action.TextInsert:
+		if a.Replace {
+			return "", e.replaceText(ctx, a)
+		}
 		return "", e.insertText(ctx, a.Text)
 	case action.ClipboardWrite:
 		return "", e.clipboardWrite(a.Text)

@@ -698,3 +698,36 @@ func TestKeyPressAction(t *testing.T) {
 		t.Fatalf("%d producers hold input after clipboard key presses", held)
 	}
 }
+
+// text_insert with replace selects all of the focused field and types over
+// it (or deletes it for no text), the keys and the text sent back to back.
+func TestTextInsertReplace(t *testing.T) {
+	h := newHarness(t, testPolicy())
+	h.load("/form")
+	h.click(100, 20)
+	h.typeText("old text")
+	value := func() string {
+		var v string
+		h.eval(`document.getElementById('i').value`, &v)
+		return v
+	}
+	h.do(action.Action{Kind: action.TextInsert, Text: "new ✓", Replace: true})
+	if v := value(); v != "new ✓" {
+		t.Fatalf("after replace: %q", v)
+	}
+	h.do(action.Action{Kind: action.TextInsert, Replace: true})
+	if v := value(); v != "" {
+		t.Fatalf("after replace with nothing: %q", v)
+	}
+	h.do(action.Action{Kind: action.TextInsert, Text: "again", Replace: true})
+	if v := value(); v != "again" {
+		t.Fatalf("after replace of an empty field: %q", v)
+	}
+	h.ex.mu.Lock()
+	held := len(h.ex.producers)
+	h.ex.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d producers hold input after replacing", held)
+	}
+	h.refused(action.Action{Kind: action.TextInsert, Text: strings.Repeat("x", 1<<20+1), Replace: true}, action.CodeTooLarge)
+}

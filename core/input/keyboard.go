@@ -140,7 +140,7 @@ func (e *Executor) keyPress(ctx context.Context, pid string, a action.Action) (s
 		return text, errors.Join(err, e.keyUp(ctx, pid, a))
 	}
 	return "", pendingOK(e.guard(ctx, func(ctx context.Context) error {
-		return e.pair(ctx, dispatchKey.Method, down, keyUpParams(ke))
+		return e.sequence(ctx, pipeCmd{dispatchKey.Method, down}, pipeCmd{dispatchKey.Method, keyUpParams(ke)})
 	}))
 }
 
@@ -196,6 +196,33 @@ func (e *Executor) keyUp(ctx context.Context, pid string, a action.Action) error
 	up.Modifiers = ke.mods
 	_, err = call(ctx, e, dispatchKey, up)
 	return pendingOK(err)
+}
+
+// replaceText selects all of the focused field and types a's text over the
+// selection, or deletes it for no text: Ctrl+A's down and up and the text
+// (or Backspace) go out back to back, as one action (see click).
+func (e *Executor) replaceText(ctx context.Context, a action.Action) error {
+	if len(a.Text) > e.pol.MaxText {
+		return action.Errorf(action.CodeTooLarge, "text over %d bytes", e.pol.MaxText)
+	}
+	var cmds []pipeCmd
+	press := func(k action.Action) error {
+		ke, down, _, err := e.keyDownParams(k)
+		if err != nil {
+			return err
+		}
+		cmds = append(cmds, pipeCmd{dispatchKey.Method, down}, pipeCmd{dispatchKey.Method, keyUpParams(ke)})
+		return nil
+	}
+	if err := press(action.Action{Key: "a", Code: "KeyA", Modifiers: action.ModCtrl}); err != nil {
+		return err
+	}
+	if a.Text != "" {
+		cmds = append(cmds, pipeCmd{input.CommandInsertText, input.InsertTextParams{Text: a.Text}})
+	} else if err := press(action.Action{Key: "Backspace", Code: "Backspace"}); err != nil {
+		return err
+	}
+	return pendingOK(e.guard(ctx, func(ctx context.Context) error { return e.sequence(ctx, cmds...) }))
 }
 
 func (e *Executor) insertText(ctx context.Context, text string) error {

@@ -206,33 +206,49 @@ func (e *Executor) click(ctx context.Context, a action.Action) error {
 	release := press
 	release.Type, release.Buttons = "mouseReleased", held
 	e.pos = [2]float64{x, y}
-	return pendingOK(e.guard(ctx, func(ctx context.Context) error { return e.pair(ctx, dispatchMouse.Method, press, release) }))
+	return pendingOK(e.guard(ctx, func(ctx context.Context) error {
+		return e.sequence(ctx, pipeCmd{dispatchMouse.Method, press}, pipeCmd{dispatchMouse.Method, release})
+	}))
 }
 
-// pair sends two input events (of one CDP method) in order, pipelined on
-// the executor's own connection when it has one, else one after the other
-// on the page's. The second is sent even when the first failed: it is
-// always a release.
-func (e *Executor) pair(ctx context.Context, method string, first, second any) error {
+// pipeCmd is one CDP command of a sequence.
+type pipeCmd struct {
+	method string
+	params any
+}
+
+// sequence sends input commands in order, pipelined on the executor's own
+// connection when it has one, else one after the other on the page's. Every
+// command is sent even when an earlier one failed: the later ones end what
+// the earlier began (a release after its press).
+func (e *Executor) sequence(ctx context.Context, cmds ...pipeCmd) error {
+	var replies []reply
 	if p := e.inputPipe(ctx); p != nil {
-		if r1, err := p.send(method, first); err == nil {
-			r2, err := p.send(method, second)
+		for _, c := range cmds {
+			r, err := p.send(c.method, c.params)
 			if err != nil {
-				// The first went out: the second must follow it.
-				return errors.Join(r1.wait(ctx), e.t.Call(ctx, method, second, nil))
+				break // the rest go the slow way, after the ones sent
 			}
-			err1, err2 := r1.wait(ctx), r2.wait(ctx)
-			if errors.Is(err1, errPipeClosed) || errors.Is(err2, errPipeClosed) {
-				// Both went out, and the page's own socket closed before
-				// the replies: the page closed (a click on "close" does
-				// that), and what it closed on was this input.
-				return nil
-			}
-			return errors.Join(err1, err2)
+			replies = append(replies, r)
 		}
 	}
-	err := e.t.Call(ctx, method, first, nil)
-	return errors.Join(err, e.t.Call(ctx, method, second, nil))
+	var errs []error
+	closed := false
+	for _, r := range replies {
+		err := r.wait(ctx)
+		closed = closed || errors.Is(err, errPipeClosed)
+		errs = append(errs, err)
+	}
+	if closed && len(replies) == len(cmds) {
+		// All went out, and the page's own socket closed before the
+		// replies: the page closed (a click on "close" does that), and
+		// what it closed on was this input.
+		return nil
+	}
+	for _, c := range cmds[len(replies):] {
+		errs = append(errs, e.t.Call(ctx, c.method, c.params, nil))
+	}
+	return errors.Join(errs...)
 }
 
 // inputPipe returns the executor's own connection to the page, dialing it
