@@ -609,14 +609,12 @@ func TestClickAction(t *testing.T) {
 		t.Fatalf("page saw\n%q\nwant\n%q", log, want)
 	}
 	h.ex.mu.Lock()
-	pipelined, held := h.ex.pipe != nil, h.ex.buttonsHeld()
+	pipelined := h.ex.pipe != nil
 	h.ex.mu.Unlock()
 	if !pipelined {
 		t.Fatal("the clicks did not go over the executor's own connection")
 	}
-	if held != 0 {
-		t.Fatalf("buttons held after clicks: %b", held)
-	}
+	h.nothingHeld("clicks")
 	pol := testPolicy()
 	pol.AllowRightClick = false
 	r := newHarness(t, pol)
@@ -675,12 +673,7 @@ func TestKeyPressAction(t *testing.T) {
 	if got := strings.Join(log, " "); got != "keydown:a keyup:a keydown:Tab keyup:Tab" {
 		t.Fatalf("page saw %q", got)
 	}
-	h.ex.mu.Lock()
-	held := len(h.ex.producers)
-	h.ex.mu.Unlock()
-	if held != 0 {
-		t.Fatalf("%d producers hold input after key presses", held)
-	}
+	h.nothingHeld("key presses")
 
 	c := newHarness(t, testPolicy())
 	c.load("/paste")
@@ -691,12 +684,7 @@ func TestKeyPressAction(t *testing.T) {
 	if res := c.do(action.Action{Kind: action.KeyPress, Key: "c", Code: "KeyC", Modifiers: action.ModCtrl}); res.Text != "abc" {
 		t.Fatalf("Ctrl+C as a key press answered %q, want abc", res.Text)
 	}
-	c.ex.mu.Lock()
-	held = len(c.ex.producers)
-	c.ex.mu.Unlock()
-	if held != 0 {
-		t.Fatalf("%d producers hold input after clipboard key presses", held)
-	}
+	c.nothingHeld("clipboard key presses")
 }
 
 // text_insert with replace selects all of the focused field and types over
@@ -723,11 +711,6 @@ func TestTextInsertReplace(t *testing.T) {
 	if v := value(); v != "again" {
 		t.Fatalf("after replace of an empty field: %q", v)
 	}
-	h.ex.mu.Lock()
-	held := len(h.ex.producers)
-	h.ex.mu.Unlock()
-	if held != 0 {
-		t.Fatalf("%d producers hold input after replacing", held)
-	}
+	h.nothingHeld("replacing")
 	h.refused(action.Action{Kind: action.TextInsert, Text: strings.Repeat("x", 1<<20+1), Replace: true}, action.CodeTooLarge)
 }

@@ -240,6 +240,17 @@ func (h *harness) eventually(what string, cond func() bool) {
 	}
 }
 
+// nothingHeld fails unless no producer holds a key or button (after what).
+func (h *harness) nothingHeld(after string) {
+	h.t.Helper()
+	h.ex.mu.Lock()
+	n, buttons := len(h.ex.producers), h.ex.buttonsHeld()
+	h.ex.mu.Unlock()
+	if n != 0 || buttons != 0 {
+		h.t.Fatalf("after %s: %d producers hold input (buttons %b)", after, n, buttons)
+	}
+}
+
 // at is a point in CSS pixels as normalized coordinates of the viewport.
 func (h *harness) at(x, y float64) (float64, float64) {
 	w, hh := h.ex.Viewport()
