@@ -102,7 +102,7 @@ type Executor struct {
 	mu        sync.Mutex
 	producers map[string]*held
 	pos       [2]float64 // last pointer position, CSS px
-	pipe      *pipe      // own connection to the page, for clicks; lazily
+	pipe      *pipe      // own connection to the page, for pipelined input; lazily
 	pipeTried time.Time
 	last      click
 	clip      string // the page's clipboard (see clipboard.go)
