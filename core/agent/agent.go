@@ -317,8 +317,6 @@ const budgetWait = 125 * time.Millisecond
 
 // accept submits a until the dispatcher accepts it, waiting out a full
 // queue or an empty rate budget; the returned accepted waits for its end.
-// Accepting consumes the control sequence number, so the next action may
-// be submitted at once (the dispatcher runs a producer's actions in order).
 func (d *driver) accept(ctx context.Context, a action.Action) (*accepted, error) {
 	for {
 		w, retry, err := d.submitOnce(a)

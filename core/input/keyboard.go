@@ -131,7 +131,7 @@ func (e *Executor) keyDown(ctx context.Context, pid string, a action.Action) (st
 // right behind the press (as click does). A clipboard shortcut goes step
 // by step: its copy or paste follows the key down's reply.
 func (e *Executor) keyPress(ctx context.Context, pid string, a action.Action) (string, error) {
-	ke, down, op, err := e.keyDownParams(a)
+	cmds, op, err := e.keyPressCmds(a)
 	if err != nil {
 		return "", err
 	}
@@ -139,9 +139,17 @@ func (e *Executor) keyPress(ctx context.Context, pid string, a action.Action) (s
 		text, err := e.keyDown(ctx, pid, a)
 		return text, errors.Join(err, e.keyUp(ctx, pid, a))
 	}
-	return "", pendingOK(e.guard(ctx, func(ctx context.Context) error {
-		return e.sequence(ctx, pipeCmd{dispatchKey.Method, down}, pipeCmd{dispatchKey.Method, keyUpParams(ke)})
-	}))
+	return "", pendingOK(e.guard(ctx, func(ctx context.Context) error { return e.sequence(ctx, cmds...) }))
+}
+
+// keyPressCmds are a key's down and up events, under the shortcut policy;
+// op is the clipboard operation the key stands for, if any.
+func (e *Executor) keyPressCmds(a action.Action) ([]pipeCmd, string, error) {
+	ke, down, op, err := e.keyDownParams(a)
+	if err != nil {
+		return nil, "", err
+	}
+	return []pipeCmd{{dispatchKey.Method, down}, {dispatchKey.Method, keyUpParams(ke)}}, op, nil
 }
 
 // keyDownParams maps a key_down (or key press) to its CDP event, under
@@ -205,22 +213,18 @@ func (e *Executor) replaceText(ctx context.Context, a action.Action) error {
 	if len(a.Text) > e.pol.MaxText {
 		return action.Errorf(action.CodeTooLarge, "text over %d bytes", e.pol.MaxText)
 	}
-	var cmds []pipeCmd
-	press := func(k action.Action) error {
-		ke, down, _, err := e.keyDownParams(k)
-		if err != nil {
-			return err
-		}
-		cmds = append(cmds, pipeCmd{dispatchKey.Method, down}, pipeCmd{dispatchKey.Method, keyUpParams(ke)})
-		return nil
-	}
-	if err := press(action.Action{Key: "a", Code: "KeyA", Modifiers: action.ModCtrl}); err != nil {
+	cmds, _, err := e.keyPressCmds(action.Action{Key: "a", Code: "KeyA", Modifiers: action.ModCtrl})
+	if err != nil {
 		return err
 	}
 	if a.Text != "" {
 		cmds = append(cmds, pipeCmd{input.CommandInsertText, input.InsertTextParams{Text: a.Text}})
-	} else if err := press(action.Action{Key: "Backspace", Code: "Backspace"}); err != nil {
-		return err
+	} else {
+		del, _, err := e.keyPressCmds(action.Action{Key: "Backspace", Code: "Backspace"})
+		if err != nil {
+			return err
+		}
+		cmds = append(cmds, del...)
 	}
 	return pendingOK(e.guard(ctx, func(ctx context.Context) error { return e.sequence(ctx, cmds...) }))
 }
