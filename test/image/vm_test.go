@@ -8,7 +8,6 @@
 package image
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,29 +15,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 )
 
 // vm is one QEMU guest booted from a copy of the image.
 type vm struct {
+	*qemuGuest
 	t       *testing.T
 	dir     string
 	disk    string
-	serial  string
-	accel   string
 	key     string // ssh private key (root, via the first-boot file)
 	panel   int    // host port forwarded to the guest's 443
 	ssh     int    // host port forwarded to the guest's 22
 	bundles map[string]string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
 }
 
 const (
@@ -108,23 +99,6 @@ func partitions(t *testing.T, img string) map[string]partition {
 	return out
 }
 
-// kvmUsable: /dev/kvm can be there and still unusable (nested
-// virtualisation that cannot run what OVMF runs).
-func kvmUsable() bool {
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err != nil {
-		return false
-	} else {
-		f.Close()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
-	defer cancel()
-	out, _ := exec.CommandContext(ctx, "qemu-system-x86_64", "-accel", "kvm", "-machine", "q35", "-cpu", "host", "-m", "128",
-		"-display", "none", "-monitor", "none", "-serial", "none", "-nodefaults", "-no-reboot",
-		"-drive", "if=pflash,format=raw,readonly=on,file="+ovmfCode).CombinedOutput()
-	s := string(out)
-	return !strings.Contains(s, "internal error") && !strings.Contains(s, "emulation failure") && !strings.Contains(s, "failed to initialize")
-}
-
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -142,11 +116,14 @@ func freePort(t *testing.T) int {
 func newVM(t *testing.T, img, firstboot string, bundles map[string]string) *vm {
 	t.Helper()
 	dir := t.TempDir()
-	v := &vm{t: t, dir: dir, disk: filepath.Join(dir, "disk.img"), serial: filepath.Join(dir, "serial.log"),
-		panel: freePort(t), ssh: freePort(t), bundles: bundles, accel: "tcg"}
-	if kvmUsable() {
-		v.accel = "kvm"
+	accel, forced, err := chooseAccel()
+	if err != nil {
+		t.Fatal(err)
 	}
+	v := &vm{t: t, dir: dir, disk: filepath.Join(dir, "disk.img"),
+		panel: freePort(t), ssh: freePort(t), bundles: bundles}
+	v.qemuGuest = &qemuGuest{t: t, serial: filepath.Join(dir, "serial.log"), stderr: filepath.Join(dir, "qemu.stderr.log"),
+		args: v.qemuArgs, accel: accel, forced: forced}
 	run(t, "cp", "--sparse=always", img, v.disk)
 	esp := partitions(t, v.disk)["esp"]
 	fb := filepath.Join(dir, "tabcast-firstboot.yaml")
@@ -166,19 +143,31 @@ func newVM(t *testing.T, img, firstboot string, bundles map[string]string) *vm {
 		t.Fatal(err)
 	}
 	run(t, "cp", ovmfVars, filepath.Join(dir, "vars.fd"))
+	// Cleanups run last first: QEMU stops, then its logs are kept if the
+	// test failed, then the directory goes.
+	root := repoRoot(t)
+	t.Cleanup(func() { v.keepLogsOnFailure(root) })
 	t.Cleanup(v.stop)
 	return v
 }
 
 // start boots the guest (again, after a reboot ended QEMU: -no-reboot
-// turns every guest reboot into an exit, so each boot is seen).
+// turns every guest reboot into an exit, so each boot is seen), falling
+// back to TCG when KVM cannot run it.
 func (v *vm) start() {
 	v.t.Helper()
+	if err := v.qemuGuest.start(); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// qemuArgs are QEMU's arguments for this guest under an accelerator.
+func (v *vm) qemuArgs(accel string) []string {
 	cpu := "max"
-	if v.accel == "kvm" {
+	if accel == accelKVM {
 		cpu = "host"
 	}
-	args := []string{"-accel", v.accel, "-machine", "q35", "-cpu", cpu, "-smp", "2", "-m", "4096", "-no-reboot",
+	args := []string{"-accel", accel, "-machine", "q35", "-cpu", cpu, "-smp", "2", "-m", "4096", "-no-reboot",
 		"-drive", "if=pflash,format=raw,readonly=on,file=" + ovmfCode,
 		"-drive", "if=pflash,format=raw,file=" + filepath.Join(v.dir, "vars.fd"),
 		// The system disk boots first (bootindex), before the bundles'.
@@ -200,61 +189,7 @@ func (v *vm) start() {
 		args = append(args, "-drive", fmt.Sprintf("if=none,id=b%d,format=raw,readonly=on,file=%s", i, path),
 			"-device", fmt.Sprintf("virtio-blk-pci,drive=b%d,serial=%s", i, name))
 	}
-	cmd := exec.Command("qemu-system-x86_64", args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		v.t.Fatalf("qemu: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	v.mu.Lock()
-	v.cmd, v.done = cmd, done
-	v.mu.Unlock()
-}
-
-// stop ends QEMU if it runs.
-func (v *vm) stop() {
-	v.mu.Lock()
-	cmd, done := v.cmd, v.done
-	v.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-done:
-	default:
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
-
-// exited reports whether QEMU has ended (the guest rebooted or powered off).
-func (v *vm) exited() bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.done == nil {
-		return true
-	}
-	select {
-	case <-v.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// waitExit waits for the guest to reboot (QEMU exits: -no-reboot).
-func (v *vm) waitExit(timeout time.Duration) bool {
-	v.mu.Lock()
-	done := v.done
-	v.mu.Unlock()
-	select {
-	case <-done:
-		return true
-	case <-time.After(timeout):
-		return false
-	}
+	return args
 }
 
 func (v *vm) console() string {
@@ -264,7 +199,7 @@ func (v *vm) console() string {
 
 // consoleTail is the end of the serial log without terminal control codes.
 func (v *vm) consoleTail(n int) string {
-	s := regexp.MustCompile(`\x1b\[[0-9;=?]*[A-Za-z]`).ReplaceAllString(v.console(), "")
+	s := ansi.ReplaceAllString(v.console(), "")
 	if len(s) > n {
 		s = s[len(s)-n:]
 	}
