@@ -42,7 +42,7 @@ func TestBootFallsBackToTCG(t *testing.T) {
 	if err := os.WriteFile(bin, []byte(fakeQEMU), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("TABCAST_QEMU", bin)
+	t.Setenv("IMAGE_TEST_QEMU", bin)
 	for _, tc := range []struct {
 		name, mode string
 		forced     bool

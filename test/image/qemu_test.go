@@ -43,10 +43,10 @@ var ansi = regexp.MustCompile(`\x1b\[[0-9;=?]*[A-Za-z]`)
 // guests boot under TCG at once instead of failing the same way again.
 var kvmBroken atomic.Bool
 
-// qemuBinary is the QEMU the tests run: TABCAST_QEMU (a wrapper script
+// qemuBinary is the QEMU the tests run: IMAGE_TEST_QEMU (a wrapper script
 // in the fallback test, or another build) or Debian's.
 func qemuBinary() string {
-	if b := os.Getenv("TABCAST_QEMU"); b != "" {
+	if b := os.Getenv("IMAGE_TEST_QEMU"); b != "" {
 		return b
 	}
 	return "qemu-system-x86_64"
