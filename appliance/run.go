@@ -25,6 +25,7 @@ import (
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/certs"
 	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/egress"
 	"github.com/tabcast/tabcast/core/httpapi"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/peer"
@@ -126,6 +127,8 @@ type appliance struct {
 	gate     *gate
 	agents   *agent.Service
 	relay    *supervisor.Handle // nil without turn.enabled
+	egress   *egress.Proxy      // every session's egress proxy
+	upstream *egress.Upstream   // sessions.proxy; nil = direct
 	cfg      *config.Config     // what runs now; replaced by reloads (one at a time, on run's goroutine)
 	rl       reloader
 	listing  atomic.Bool // a watchdog liveness check is listing sessions
@@ -215,6 +218,15 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	selfAddr := net.JoinHostPort(selfHost, strconv.Itoa(self.Port))
 	base := scheme + "://" + selfAddr
 
+	// The egress wall (core/egress): every session's browsing goes through
+	// a loopback proxy of its own that decides on the address it connects
+	// to, so that the policy holds for subresources, popups and redirects
+	// and against DNS rebinding.
+	if err := a.startEgress(cfg, selfAddr); err != nil {
+		ln.Close()
+		return err
+	}
+
 	bopts := browser.Options{
 		Path: cfg.Browser.Path, Headless: cfg.Browser.Headless, NoSandbox: cfg.Browser.NoSandbox,
 		ExtraFlags:   append(append([]string{}, cfg.Browser.ExtraFlags...), flags...),
@@ -250,13 +262,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		IdleReclaim:   cfg.Sessions.IdleReclaim,
 		InputIdleWarn: cfg.Sessions.InputIdleWarn, InputIdleReclaim: cfg.Sessions.InputIdleReclaim,
 		PopupsInBackground: cfg.Sessions.PopupsInBackground,
+		Egress:             a.egress, Upstream: a.upstream,
 		// After a Chromium crash the next new session launches a fresh one.
 		Launch: func(ctx context.Context) (session.Browser, error) { return browser.Launch(ctx, bopts) },
 		// Persistent profiles live in the data dir, one Chromium each.
 		ProfileRoot: filepath.Join(cfg.Server.DataDir, "profiles"),
-		LaunchProfile: func(ctx context.Context, dir string) (session.Browser, error) {
+		LaunchProfile: func(ctx context.Context, dir, proxy string) (session.Browser, error) {
 			o := bopts
-			o.ProfileDir = dir
+			o.ProfileDir, o.Proxy = dir, proxy
 			return browser.Launch(ctx, o)
 		},
 		Logger:  log.With("component", "session"),
@@ -431,10 +444,34 @@ func (a *appliance) status() any {
 
 // extraMetrics are samples from the relay, if it runs.
 func (a *appliance) extraMetrics(ctx context.Context) []httpapi.Metric {
-	if a.relay == nil {
-		return nil
+	var out []httpapi.Metric
+	if a.egress != nil {
+		st := a.egress.Stats()
+		out = append(out,
+			httpapi.Metric{Name: "tabcast_egress_connections_total", Type: "counter", Help: "Connections of the sessions' browsers the egress policy allowed.", Value: float64(st.Allowed)},
+			httpapi.Metric{Name: "tabcast_egress_refused_total", Type: "counter", Help: "Connections of the sessions' browsers the egress policy refused (by the address they would reach).", Value: float64(st.Refused)})
 	}
-	return relayMetrics(a.relay)(ctx)
+	if a.relay == nil {
+		return out
+	}
+	return append(out, relayMetrics(a.relay)(ctx)...)
+}
+
+// startEgress starts the sessions' egress proxy with the input policy
+// (the same rules a navigation meets, here applied to the address) and
+// the appliance's upstream proxy.
+func (a *appliance) startEgress(cfg *config.Config, selfAddr string) error {
+	dp, err := inputPolicy(cfg, selfAddr).DialPolicy()
+	if err != nil {
+		return fmt.Errorf("egress policy: %w", err)
+	}
+	if cfg.Sessions.Proxy != "" {
+		if a.upstream, err = egress.ParseUpstream(cfg.Sessions.Proxy, cfg.Sessions.ProxyCredentialsFile); err != nil {
+			return fmt.Errorf("sessions.proxy: %w", err)
+		}
+	}
+	a.egress, err = egress.New(egress.Options{Decider: dp, Logger: a.log.With("component", "egress")})
+	return err
 }
 
 func (a *appliance) pluginMetrics() []httpapi.PluginMetric {
@@ -465,6 +502,9 @@ func (a *appliance) shutdown() {
 	}
 	if a.browser != nil {
 		_ = a.browser.Close()
+	}
+	if a.egress != nil {
+		_ = a.egress.Close()
 	}
 	if a.sup != nil {
 		_ = a.sup.Shutdown(ctx)

@@ -115,6 +115,11 @@ type Sessions struct {
 	// PopupsInBackground: a tab the current page opens (target=_blank,
 	// window.open) stays in the background instead of being followed.
 	PopupsInBackground bool `koanf:"popupsInBackground"`
+	// Proxy: the upstream proxy (http://host:port or socks5://host:port)
+	// every session's checked connections go through, "" = direct;
+	// ProxyCredentialsFile holds its "user:password" (never the config).
+	Proxy                string `koanf:"proxy"`
+	ProxyCredentialsFile string `koanf:"proxyCredentialsFile"`
 }
 
 // Video is the encoded stream.

@@ -20,7 +20,7 @@ const Mask = "****"
 // lower-cased name first so e.g. keyframeInterval is not one.
 var (
 	secretWords    = []string{"secret", "password", "passwd", "token", "key", "credential"}
-	nonSecretParts = []string{"keyframe", "keyboard", "keyfile", "tokenfile", "passwordfile", "secretfile", "credentialttl"}
+	nonSecretParts = []string{"keyframe", "keyboard", "keyfile", "tokenfile", "passwordfile", "secretfile", "credentialttl", "credentialsfile"}
 )
 
 func isSecretName(name string) bool {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tabcast/tabcast/core/egress"
 )
 
 // plainName is the form of a plugin name: it becomes a file name in the
@@ -28,6 +30,9 @@ var coreBrowserFlags = []string{
 	"--remote-debugging-address", "--remote-debugging-port", "--remote-debugging-pipe",
 	"--remote-allow-origins", "--user-data-dir", "--headless", "--no-sandbox",
 	"--window-size",
+	// The egress wall: every request goes through the core's proxy.
+	"--proxy-server", "--proxy-bypass-list", "--proxy-pac-url", "--no-proxy-server",
+	"--proxy-auto-detect", "--enable-quic", "--host-resolver-rules", "--host-rules",
 }
 
 // Ranges, also documented in config.default.yaml and docs/operations.md.
@@ -147,6 +152,7 @@ func validate(cfg *Config, origin func(string) string) []error {
 	if d := cfg.Sessions.IdleReclaim; d != 0 {
 		c.durRange("sessions.idleReclaim", d, time.Second, 24*time.Hour)
 	}
+	c.upstreamProxy(ss.Proxy, ss.ProxyCredentialsFile)
 
 	v := cfg.Video
 	c.enum("video.codec", v.Codec, "auto", "h264", "vp8")
@@ -291,5 +297,32 @@ func (c *checker) extraFlag(path, f string) {
 			c.fail(path, "%s is set by tabcast itself and cannot be overridden", name)
 			return
 		}
+	}
+}
+
+// upstreamProxy checks sessions.proxy (no credentials in it: they belong in
+// sessions.proxyCredentialsFile, which config print never shows) and its
+// credentials file.
+func (c *checker) upstreamProxy(raw, credFile string) {
+	if credFile != "" && !filepath.IsAbs(credFile) {
+		c.fail("sessions.proxyCredentialsFile", "must be an absolute path")
+	}
+	if raw == "" {
+		if credFile != "" {
+			c.fail("sessions.proxyCredentialsFile", "set without sessions.proxy")
+		}
+		return
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		c.fail("sessions.proxy", "not a URL")
+		return
+	}
+	if u.User != nil {
+		c.fail("sessions.proxy", "credentials belong in sessions.proxyCredentialsFile, not in the URL")
+		return
+	}
+	if _, err := egress.ParseUpstream(raw, ""); err != nil {
+		c.fail("sessions.proxy", "%v", err)
 	}
 }

@@ -42,7 +42,10 @@ var ErrClosed = errors.New("browser closed")
 type Options struct {
 	// ProfileDir, if set, is a persistent profile (cookies, storage kept
 	// across launches; never removed). Pages use its default context.
-	ProfileDir   string
+	ProfileDir string
+	// Proxy, if set, is the default context's proxy (--proxy-server, with
+	// loopback not bypassed): a persistent profile's session egress proxy.
+	Proxy        string
 	Path         string        // default DefaultPath
 	Headless     bool          // --headless=new
 	NoSandbox    string        // "auto" (only when euid==0, the default), "true", "false"

@@ -9,6 +9,10 @@ import (
 // baseDisabledFeatures are always disabled; ExtraFlags may add more.
 var baseDisabledFeatures = []string{"Translate", "MediaRouter"}
 
+// proxyBypassNone removes Chromium's implicit bypass of loopback, so that
+// a page's requests to 127.0.0.1 and localhost meet the egress proxy too.
+const proxyBypassNone = "<-loopback>"
+
 // reservedFlags may not come from ExtraFlags: they would move the DevTools
 // endpoint off loopback, pin its port or swap the profile we clean up.
 var reservedFlags = []string{
@@ -17,6 +21,15 @@ var reservedFlags = []string{
 	"--remote-debugging-pipe",
 	"--remote-allow-origins",
 	"--user-data-dir",
+	// The egress wall: every request goes through the core's proxy.
+	"--proxy-server",
+	"--proxy-bypass-list",
+	"--proxy-pac-url",
+	"--no-proxy-server",
+	"--proxy-auto-detect",
+	"--enable-quic",
+	"--host-resolver-rules",
+	"--host-rules",
 }
 
 // flagName returns "--name" of "--name=value".
@@ -93,11 +106,18 @@ func buildArgs(o Options, userDataDir string) ([]string, error) {
 		"--disable-backgrounding-occluded-windows",
 		"--disable-renderer-backgrounding",
 		"--disable-background-timer-throttling",
+		// QUIC is UDP straight to the server, around a proxy.
+		"--disable-quic",
 		"--remote-debugging-port=0",
 		"--remote-debugging-address=127.0.0.1",
 		"--user-data-dir="+userDataDir,
 		"--disable-features="+strings.Join(dedupe(disabled), ","),
 	)
+	if o.Proxy != "" {
+		// A persistent profile's pages use the default context, which
+		// takes its proxy from the command line.
+		args = append(args, "--proxy-server="+o.Proxy, "--proxy-bypass-list="+proxyBypassNone)
+	}
 	if !loadsExtension {
 		args = append(args, "--disable-extensions")
 	}

@@ -28,6 +28,11 @@ type PageOptions struct {
 	// DefaultContext opens the page in the browser's default context (a
 	// persistent profile's) instead of a fresh isolated one.
 	DefaultContext bool
+	// Proxy, for a fresh context, is the proxy every request of the
+	// context goes through, loopback included ("<-loopback>"): the
+	// session's egress proxy (core/egress), e.g. http://127.0.0.1:41234.
+	// A default context takes Options.Proxy, given at launch.
+	Proxy string
 }
 
 // Page is one tab in its own BrowserContext (cookies, storage and cache are
@@ -62,7 +67,11 @@ func (b *Browser) NewPage(ctx context.Context, o PageOptions) (*Page, error) {
 	var bc target.CreateBrowserContextResult
 	if !o.DefaultContext {
 		var err error
-		if bc, err = cdp.Call(ctx, b.cdpBrowser, target.CreateBrowserContext, target.CreateBrowserContextParams{DisposeOnDetach: &no}); err != nil {
+		params := target.CreateBrowserContextParams{DisposeOnDetach: &no}
+		if o.Proxy != "" {
+			params.ProxyServer, params.ProxyBypassList = o.Proxy, proxyBypassNone
+		}
+		if bc, err = cdp.Call(ctx, b.cdpBrowser, target.CreateBrowserContext, params); err != nil {
 			return nil, fmt.Errorf("browser: create browser context: %w", err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/egress"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/telemetry"
 	"github.com/tabcast/tabcast/plugins/encoder"
@@ -93,7 +94,7 @@ type Config struct {
 	// starts a Chromium of its own on one (owned by its session). Without
 	// them, persistent sessions are refused.
 	ProfileRoot   string
-	LaunchProfile func(ctx context.Context, dir string) (Browser, error)
+	LaunchProfile func(ctx context.Context, dir, proxy string) (Browser, error)
 	// Capture is CaptureAuto, CaptureTab or CaptureCDP ("" = cdp). Tab
 	// capture needs TabCapture, the capture-tab plugin; auto uses it only
 	// after ProbeTabCapture succeeded.
@@ -106,6 +107,12 @@ type Config struct {
 	// tabs; by default the session follows them, as a person clicking a
 	// target=_blank link expects.
 	PopupsInBackground bool
+	// Egress gives each session's browser context its egress proxy; nil =
+	// none (Chromium connects directly: tests of the session alone).
+	Egress Egress
+	// Upstream is the appliance's upstream proxy for every session without
+	// one of its own; nil = direct.
+	Upstream *egress.Upstream
 }
 
 // DefaultTerminalTTL is how long terminal snapshots stay readable.
@@ -127,6 +134,10 @@ type CreateOptions struct {
 	// Owner is the user the session belongs to (core/access decides what
 	// that allows); "" for an appliance without users.
 	Owner string
+	// Proxy is the session's own upstream proxy (http:// or socks5://,
+	// credentials in the URL), chained behind the policy check; "" = the
+	// appliance's (Config.Upstream), if any.
+	Proxy string
 }
 
 // Manager owns every session.
@@ -412,14 +423,24 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 		b   Browser
 		err error
 	)
+	eg, err := m.openEgress(ctx, id, o)
+	if err != nil {
+		cancel()
+		m.remove(id)
+		return nil, err
+	}
+	s.mu.Lock()
+	s.egress = eg
+	s.mu.Unlock()
 	if o.Profile != "" {
-		b, err = m.profileBrowser(ctx, s, o.Owner, o.Profile)
+		b, err = m.profileBrowser(ctx, s, o.Owner, o.Profile, egressServer(eg))
 	} else {
 		b, err = m.currentBrowser(ctx)
 	}
 	if err != nil {
 		cancel()
 		m.remove(id)
+		s.closeEgress()
 		return nil, err
 	}
 	s.mu.Lock()
@@ -430,15 +451,17 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 		cancel()
 		m.remove(id)
 		s.closeOwnBrowser()
+		s.closeEgress()
 		return nil, fmt.Errorf("%w: download dir: %v", ErrUnavailable, err)
 	}
 	s.downloads = dl
-	page, err := b.NewPage(ctx, browser.PageOptions{Width: o.Width, Height: o.Height, URL: o.URL, DownloadDir: dl, DefaultContext: o.Profile != ""})
+	page, err := b.NewPage(ctx, browser.PageOptions{Width: o.Width, Height: o.Height, URL: o.URL, DownloadDir: dl, DefaultContext: o.Profile != "", Proxy: egressServer(eg)})
 	if err != nil {
 		cancel()
 		m.remove(id)
 		_ = os.RemoveAll(dl)
 		s.closeOwnBrowser()
+		s.closeEgress()
 		return nil, fmt.Errorf("%w: new page: %v", ErrUnavailable, err)
 	}
 	// The first tab is current from the start, so its first page state
@@ -455,6 +478,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 		m.remove(id)
 		_ = os.RemoveAll(dl)
 		s.closeOwnBrowser()
+		s.closeEgress()
 		return nil, fmt.Errorf("%w: input: %v", ErrUnavailable, err)
 	}
 	s.mu.Lock()
@@ -466,6 +490,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 		_ = page.Close(ctx)
 		_ = os.RemoveAll(dl)
 		s.closeOwnBrowser()
+		s.closeEgress()
 		return nil, fmt.Errorf("%w: session %s while starting", ErrUnavailable, st)
 	}
 	first.exec = exec
@@ -509,7 +534,7 @@ var ErrProfileInUse = errors.New("session: the profile is open in another sessio
 // profileBrowser launches a Chromium of the session's own on the owner's
 // persistent profile; one session per profile at a time. The session
 // closes it (and frees the profile) when it ends.
-func (m *Manager) profileBrowser(ctx context.Context, s *Session, owner, name string) (Browser, error) {
+func (m *Manager) profileBrowser(ctx context.Context, s *Session, owner, name, proxy string) (Browser, error) {
 	if m.cfg.LaunchProfile == nil || m.cfg.ProfileRoot == "" {
 		return nil, fmt.Errorf("%w: persistent profiles are not configured", ErrUnavailable)
 	}
@@ -532,7 +557,7 @@ func (m *Manager) profileBrowser(ctx context.Context, s *Session, owner, name st
 		delete(m.profiles, key)
 		m.mu.Unlock()
 	}
-	b, err := m.cfg.LaunchProfile(ctx, filepath.Join(m.cfg.ProfileRoot, key))
+	b, err := m.cfg.LaunchProfile(ctx, filepath.Join(m.cfg.ProfileRoot, key), proxy)
 	if err != nil {
 		release()
 		return nil, fmt.Errorf("%w: launch the profile's browser: %v", ErrUnavailable, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/egress"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/plugins/capture"
 )
@@ -91,6 +92,7 @@ type Session struct {
 	capModeCh      chan struct{}          // closed when capMode changes
 	capFallback    string                 // why a tab-capture session fell back to cdp
 	downloads      string                 // this session's download dir; removed at close
+	egress         *egress.Listener       // this session's egress proxy listener; closed at close
 	profile        string                 // persistent profile name, "" = ephemeral
 	ownBrowser     Browser                // the profile's Chromium, closed with the session
 	releaseProfile func()                 // frees the profile for the next session
@@ -671,6 +673,7 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 		}
 	}
 	s.closeOwnBrowser()
+	s.closeEgress()
 	if s.downloads != "" {
 		if err := os.RemoveAll(s.downloads); err != nil {
 			s.log.Warn("remove the download dir", "err", err)

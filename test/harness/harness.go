@@ -110,6 +110,11 @@ type Options struct {
 	Listen string
 	// Env is added to the appliance's environment (its plugins inherit it).
 	Env []string
+	// NetNS runs the appliance (and its Chromium and plugins) inside this
+	// network namespace (ip netns exec: its /etc/netns/NAME files, such as
+	// a resolv.conf, replace the host's). Listen must then be one of the
+	// namespace's addresses the test reaches.
+	NetNS string
 }
 
 var firstStartLine = regexp.MustCompile(`one-time password (\S+) `)
@@ -151,6 +156,10 @@ func StartWith(ctx context.Context, logDir string, o Options, sets ...string) (*
 		args = append(args, "--set", s)
 	}
 	cmd := exec.Command(filepath.Join(bin, "tabcast"), args...)
+	if o.NetNS != "" {
+		// ip execs tabcast: the pid is tabcast's own.
+		cmd = exec.Command("ip", append([]string{"netns", "exec", o.NetNS, filepath.Join(bin, "tabcast")}, args...)...)
+	}
 	// tabcast refuses TABCAST_* variables that name no config key, and the
 	// test runner's own (TABCAST_BIN) are not config.
 	for _, kv := range os.Environ() {
