@@ -111,6 +111,10 @@ func Launch(ctx context.Context, o Options) (*Browser, error) {
 		os.RemoveAll(rootDir)
 		return nil, fmt.Errorf("browser: profile dir: %w", err)
 	}
+	if err := writePrefs(profile); err != nil {
+		os.RemoveAll(rootDir)
+		return nil, fmt.Errorf("browser: %w", err)
+	}
 	args, err := buildArgs(o, profile)
 	if err != nil {
 		os.RemoveAll(rootDir)
@@ -159,6 +163,13 @@ func (b *Browser) watch() {
 	default:
 		b.err = fmt.Errorf("chromium exited unexpectedly: %w%s", exitReason(b.proc.waitErr), tailSuffix(b.proc))
 		b.log.Error("chromium exited unexpectedly", "err", b.proc.waitErr)
+		// Nothing of the crashed browser uses its temp profile any more:
+		// remove it now rather than at Close, which an owner may call
+		// late or, for a browser it only watched, never. (A persistent
+		// profile lives outside rootDir and is kept.)
+		if err := removeAll(b.rootDir); err != nil {
+			b.log.Warn("remove the crashed browser's profile", "err", err)
+		}
 	}
 	close(b.done)
 }

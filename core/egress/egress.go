@@ -62,7 +62,12 @@ type Options struct {
 	// OnRefuse, if set, is told of every refusal (label of the listener,
 	// the host as asked, the reason). It must not block.
 	OnRefuse func(label, host, reason string)
-	Logger   *slog.Logger
+	// Direct says which allowed addresses are reached without the
+	// upstream proxy (default: loopback, private and link-local ones —
+	// the panel's own address, an intranet exception — which the
+	// company's proxy would not reach).
+	Direct func(netip.Addr) bool
+	Logger *slog.Logger
 }
 
 const (
@@ -100,6 +105,9 @@ func New(o Options) (*Proxy, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Direct == nil {
+		o.Direct = isLocal
 	}
 	return &Proxy{o: o, log: o.Logger, listeners: map[*Listener]struct{}{}}, nil
 }
@@ -393,7 +401,7 @@ func (l *Listener) dialChecked(ctx context.Context, _, hostport string) (net.Con
 	for _, a := range allowed {
 		target := netip.AddrPortFrom(a, uint16(port)).String()
 		var c net.Conn
-		if l.up != nil {
+		if l.up != nil && !l.p.o.Direct(a) {
 			c, err = l.up.dial(ctx, target)
 		} else {
 			var d net.Dialer
@@ -478,4 +486,9 @@ func (p *Proxy) CheckUpstream(ctx context.Context, up *Upstream) error {
 	// resolved again (it could answer differently the next time).
 	up.addr = netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)).String()
 	return nil
+}
+
+// isLocal is an address the box reaches on its own networks.
+func isLocal(a netip.Addr) bool {
+	return a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsUnspecified()
 }

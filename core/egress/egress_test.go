@@ -245,7 +245,8 @@ func TestUpstreamIsAskedForTheAddress(t *testing.T) {
 		t.Errorf("String shows the password: %s", up)
 	}
 	res := &scripted{answers: map[string][]string{"site.test": {"127.0.0.1"}, "inside.test": {"10.66.0.2"}}, asked: map[string]int{}}
-	p, _ := New(Options{Decider: loopbackOnly{port}, Resolver: res})
+	// Here the "internet" is loopback: nothing is reached directly.
+	p, _ := New(Options{Decider: loopbackOnly{port}, Resolver: res, Direct: func(netip.Addr) bool { return false }})
 	defer p.Close()
 	l, err := p.Listen("s2", up)
 	if err != nil {
@@ -340,4 +341,12 @@ func writeFile(t *testing.T, s string) string {
 		t.Fatal(err)
 	}
 	return f
+}
+
+func TestLocalAddressesGoDirect(t *testing.T) {
+	for a, want := range map[string]bool{"127.0.0.1": true, "10.66.0.2": true, "192.168.1.5": true, "169.254.169.254": true, "fd00::1": true, "203.0.113.10": false, "8.8.8.8": false} {
+		if got := isLocal(netip.MustParseAddr(a)); got != want {
+			t.Errorf("isLocal(%s) = %v", a, got)
+		}
+	}
 }

@@ -159,6 +159,36 @@ try{new Worker(URL.createObjectURL(new Blob(['fetch("http://%[1]s/worker").catch
 			t.Errorf("an allowed page's own subresources: only %v arrived", kinds)
 		}
 	})
+	// A page's own WebRTC: STUN/TURN servers and remote candidates at
+	// internal addresses. Only UDP listeners of the rig count here.
+	t.Run("a page's RTCPeerConnection", func(t *testing.T) {
+		r.SetPage("/webrtc", `<html><body><pre id="out">starting</pre><script>
+(async () => {
+  const out = document.getElementById("out");
+  try {
+    const pc = new RTCPeerConnection({iceServers: [{urls: "stun:`+rig.Metadata+`:3478"}, {urls: "turn:`+rig.LAN2+`:3478?transport=udp", username: "u", credential: "p"}]});
+    pc.createDataChannel("x");
+    pc.onicecandidate = e => { if (e.candidate) out.textContent += "\ncandidate " + e.candidate.type; };
+    const o = await pc.createOffer();
+    await pc.setLocalDescription(o);
+    let a = o.sdp.replace("a=setup:actpass", "a=setup:active")
+      .replace(/a=ice-ufrag:.*\r\n/, "a=ice-ufrag:abcd\r\n").replace(/a=ice-pwd:.*\r\n/, "a=ice-pwd:abcdefghijklmnopqrstuvwx\r\n");
+    a += "a=candidate:1 1 udp 2122260223 `+rig.LAN+` 3478 typ host\r\na=candidate:2 1 udp 2122260223 127.0.0.1 3478 typ host\r\na=candidate:3 1 udp 2122260223 `+rig.Metadata+` 3478 typ host\r\n";
+    await pc.setRemoteDescription({type: "answer", sdp: a});
+    out.textContent += "\nremote set";
+  } catch (e) { out.textContent += "\nerror " + e; }
+})();
+</script></body></html>`)
+		mustAgent(t, a, s.ID, map[string]any{"command": "navigate", "url": "http://pub.evil.test/webrtc"})
+		time.Sleep(4 * time.Second) // connectivity checks go out within the first second
+		txt := mustAgent(t, a, s.ID, map[string]any{"command": "get", "what": "text", "selector": "#out"})
+		t.Logf("the page's peer connection: %s", txt.Data)
+		if !strings.Contains(string(txt.Data), "remote set") {
+			t.Errorf("the page's peer connection never took the remote answer (the test proves nothing): %s", txt.Data)
+		}
+		noDeniedHits(t, r, "a page's WebRTC")
+	})
+
 	st := metricValue(t, a, "tabcast_egress_refused_total")
 	if st < 10 {
 		t.Errorf("tabcast_egress_refused_total = %v after the attacks", st)
@@ -172,6 +202,11 @@ func TestEgressThroughUpstreamProxy(t *testing.T) {
 	r := rig.New(t)
 	a, s := startInRig(t, r, "sessions.proxy=http://"+rig.Upstream+":3128")
 	r.SetPage("/via", `<html><body>through the proxy</body></html>`)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("upstream: %q\npublic: %q", r.Hits("upstream"), r.Hits("public"))
+		}
+	})
 	mustAgent(t, a, s.ID, map[string]any{"command": "navigate", "url": "http://pub.evil.test/via"})
 	txt := mustAgent(t, a, s.ID, map[string]any{"command": "get", "what": "text", "selector": "body"})
 	if !strings.Contains(string(txt.Data), "through the proxy") {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,4 +92,12 @@ func (n *NS) SetResolver(t testing.TB, addr string) {
 	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte("nameserver "+addr+"\noptions timeout:1 attempts:2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Dial connects from inside the namespace (a server of the test standing
+// for a proxy in the namespace connects on its behalf).
+func (n *NS) Dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := n.inNS(func() (err error) { c, err = net.DialTimeout(network, addr, timeout); return })
+	return c, err
 }

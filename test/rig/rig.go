@@ -253,7 +253,7 @@ func (r *Rig) serveUpstream(t *testing.T, ln net.Listener) {
 					fmt.Fprint(c, "HTTP/1.1 405 Method Not Allowed\r\n\r\n")
 					return
 				}
-				up, err := net.DialTimeout("tcp", req.Host, 5*time.Second)
+				up, err := r.NS.Dial("tcp", req.Host, 5*time.Second)
 				if err != nil {
 					fmt.Fprint(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
 					return
