@@ -23,6 +23,7 @@ const (
 	CodeInternal           = "internal"
 	CodeConflict           = "conflict"
 	CodeProfileInUse       = "profile_in_use"
+	CodeBadProxy           = "bad_proxy"
 )
 
 // APIError is the body of every failed API call.
@@ -72,6 +73,9 @@ func fromError(err error) (int, APIError) {
 	switch {
 	case errors.Is(err, session.ErrProfileInUse):
 		return http.StatusConflict, APIError{Code: CodeProfileInUse, Message: "that profile is open in another session", Hint: "close it first", Recoverable: true}
+	case errors.Is(err, session.ErrBadProxy):
+		// Not the error's text: it may name the proxy's host.
+		return http.StatusUnprocessableEntity, APIError{Code: CodeBadProxy, Message: "proxy: want http:// or socks5://[user:password@]host:port, reachable under the egress policy"}
 	case errors.Is(err, session.ErrBadProfile):
 		return http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "profile: want 1..32 of a-z 0-9 -"}
 	case errors.Is(err, session.ErrNotFound):

@@ -219,6 +219,10 @@ type createRequest struct {
 	Control string `json:"control"`
 	// Profile: a persistent profile of the caller's ("" = ephemeral).
 	Profile string `json:"profile"`
+	// Proxy: the session's own upstream proxy, http:// or
+	// socks5://[user:password@]host:port ("" = the appliance's). It must
+	// pass the egress policy itself, and is never logged or shown.
+	Proxy string `json:"proxy"`
 }
 
 func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
@@ -251,7 +255,7 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height, Owner: principal(r).User, Control: req.Control, Profile: req.Profile})
+	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height, Owner: principal(r).User, Control: req.Control, Profile: req.Profile, Proxy: req.Proxy})
 	if err != nil {
 		_, e := fromError(err)
 		a.audit(r, audit.Record{Action: "session.create", Outcome: audit.Failed, Code: e.Code})

@@ -247,3 +247,36 @@ func metricValue(t *testing.T, a *harness.Appliance, name string) float64 {
 	t.Fatalf("/metrics lacks %s", name)
 	return 0
 }
+
+// A session's own proxy: one the policy refuses (an intranet address) is
+// refused with bad_proxy and nothing is created; one it allows carries
+// the session's requests by address (issue 16, item 2).
+func TestEgressSessionProxy(t *testing.T) {
+	r := rig.New(t)
+	a, _ := startInRig(t, r)
+	st, body, _ := call{method: "POST", path: "/api/v1/sessions", token: a.Token,
+		body: `{"proxy":"http://u:pw-secret@` + rig.LAN2 + `:3128"}`}.do(t, a)
+	if st != 422 || !strings.Contains(body, `"bad_proxy"`) || strings.Contains(body, "pw-secret") || strings.Contains(body, rig.LAN2) {
+		t.Errorf("a session proxy on the LAN: %d %s, want 422 bad_proxy naming neither credentials nor address", st, body)
+	}
+	st, body, _ = call{method: "POST", path: "/api/v1/sessions", token: a.Token, body: `{"proxy":"ftp://` + rig.Public + `:3128"}`}.do(t, a)
+	if st != 422 || !strings.Contains(body, `"bad_proxy"`) {
+		t.Errorf("an ftp proxy: %d %s", st, body)
+	}
+	var created struct {
+		Session struct {
+			ID string `json:"id"`
+		} `json:"session"`
+	}
+	if err := a.Do(context.Background(), "POST", "/api/v1/sessions", `{"proxy":"http://`+rig.Public+`:3128"}`, &created); err != nil {
+		t.Fatal(err)
+	}
+	r.SetPage("/own", `<html><body>own proxy</body></html>`)
+	mustAgent(t, a, created.Session.ID, map[string]any{"command": "navigate", "url": "http://pub.evil.test/own"})
+	if c := r.Connects(); len(c) == 0 || c[len(c)-1] != "CONNECT "+rig.Public+":80" {
+		t.Errorf("the session's own proxy was asked %q", c)
+	}
+	if logs := a.LogTail(200000); strings.Contains(logs, "pw-secret") {
+		t.Error("the proxy's password reached the log")
+	}
+}

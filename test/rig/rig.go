@@ -82,6 +82,8 @@ func New(t *testing.T) *Rig {
 	}
 	r.serveDNS(t, ns.ListenPacket(t, DNS+":53"))
 	r.serveUpstream(t, ns.Listen(t, Upstream+":3128"))
+	// A proxy on the "internet": one a session may name for itself.
+	r.serveUpstream(t, ns.Listen(t, Public+":3128"))
 	return r
 }
 
