@@ -610,7 +610,7 @@ func (e *Executor) checkPaused(ev *fetch.EventRequestPaused) {
 	if reason == "" {
 		_, err = cdp.Call(ctx, e.t, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
 	} else {
-		e.log.Info("input: document request blocked", "url", redactURL(u), "reason", reason)
+		e.log.Debug("input: document request blocked", "url", redactURL(u), "reason", reason)
 		_, err = cdp.Call(ctx, e.t, fetch.FailRequest, fetch.FailRequestParams{RequestID: ev.RequestID, ErrorReason: network.ErrorReasonBlockedByClient})
 	}
 	if err != nil && e.ctx.Err() == nil {

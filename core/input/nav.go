@@ -16,7 +16,7 @@ var netError = regexp.MustCompile(`^net::ERR_[A-Z0-9_]+$`)
 
 func (e *Executor) navigate(ctx context.Context, raw string) error {
 	if reason := e.pol.check(ctx, raw); reason != "" {
-		e.log.Info("input: navigation blocked", "url", redactURL(raw), "reason", reason)
+		e.log.Debug("input: navigation blocked", "url", redactURL(raw), "reason", reason)
 		return errBlocked
 	}
 	nctx, cancel := context.WithTimeout(ctx, navigateWait)
