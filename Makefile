@@ -20,7 +20,7 @@ IMAGE_PKGS := mmdebstrap fdisk e2fsprogs dosfstools mtools zstd \
 # slower and their deadlines noisier.
 TESTFLAGS ?= -count=1 -p 1 -timeout 40m
 
-.PHONY: help deps image-deps build run test vet bench proto image image-test clean
+.PHONY: help deps image-deps build run test test-unit vet bench proto image image-test clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -58,6 +58,9 @@ vet:
 
 test: deps build vet ## set up and run every test (unit, plugin processes, end to end)
 	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) ./...
+
+test-unit: build ## the fast loop: every package but the end-to-end suites (test/e2e, test/image's VM)
+	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v '/test/e2e$$')
 
 bench: deps build ## measure the media path (figures, never pass/fail)
 	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench
