@@ -1,10 +1,8 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -19,43 +17,51 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/spf13/pflag"
 	"github.com/tabcast/tabcast/appliance/config"
-	"github.com/tabcast/tabcast/plugins/atomicfile"
+	"github.com/tabcast/tabcast/appliance/update"
 )
 
-const backupUsage = `usage: tabcast backup [-o FILE] [config flags]
+const backupUsage = `usage: tabcast backup [-o FILE] [--sign KEY] [config flags]
 Writes a .tar.gz (mode 0600) of the appliance's configuration and secrets:
 the config file (and every file in /etc/tabcast when that is its directory),
 the users file, the one-time admin password, the API tokens, the TLS
 certificate and key, the TURN secret and the agent token, with a
-manifest.json (original path, mode, owner, sha256 of each). Files that do
-not exist are skipped and listed. Browser profiles are not included. The
-archive holds secrets: keep it like the appliance's disk.
+manifest.json (each file's role, original path, mode, owner, sha256). Files
+that do not exist are skipped and listed. Browser profiles are not included.
+The archive holds secrets: keep it like the appliance's disk.
+
+  --sign KEY  also sign the backup with the update signing key KEY (tabcast
+              update keygen's update-signing.key, mode 0600): manifest.sig,
+              the ed25519 signature of manifest.json, which holds every
+              file's sha256; tabcast restore verifies it against update.pub.
+              That key installs software on every appliance trusting it:
+              rather than copying it onto the box, pipe it in, e.g.
+              ssh root@box tabcast backup --sign /dev/stdin -o b.tar.gz < update-signing.key
 `
 
-const restoreUsage = `usage: tabcast restore FILE [--dry-run] [--force]
-Restores a tabcast backup to the paths it was taken from. Every file's
-sha256 is checked against the manifest before anything is written; each
-file is written atomically with its original mode (and owner, as root).
-Refuses to replace existing files, or to run while tabcast is running
-(tabcast.service active, or something answers on the backed-up
-server.listen /healthz), unless --force. --dry-run only lists the plan.
-`
-
-// backupFormat is manifest.json's version.
+// backupFormat is manifest.json's version. Restore reads format 1 by role
+// (the "what" of each file), so it did not need to change.
 const backupFormat = 1
 
-// Backup limits.
+// Backup limits; variables for tests (a test need not write 64 MiB to show
+// that more is refused).
+var (
+	backupMaxFile     int64 = 64 << 20
+	backupMaxTotal    int64 = 256 << 20
+	backupMaxManifest int64 = 1 << 20
+)
+
+// Archive members besides files/….
 const (
-	backupMaxFile  = 64 << 20
-	backupMaxTotal = 256 << 20
+	backupManifestName = "manifest.json"
+	backupSigName      = "manifest.sig" // as in update bundles
 )
 
 // dedicatedConfigDir is backed up whole when the config file is in it (a
@@ -68,24 +74,28 @@ type backupManifest struct {
 	TabcastVersion string    `json:"tabcastVersion"`
 	Created        time.Time `json:"created"`
 	Host           string    `json:"host"`
-	// Listen is server.listen at backup time: restore checks that nothing
-	// answers there.
+	// Listen is server.listen at backup time, for the reader. Restore never
+	// uses it: an archive must not choose what restore probes (it checks
+	// the local configuration's server.listen).
 	Listen  string          `json:"listen"`
 	Files   []backupFile    `json:"files"`
 	Skipped []backupSkipped `json:"skipped,omitempty"`
 }
 
 type backupFile struct {
-	Path   string `json:"path"`  // original absolute path
-	Entry  string `json:"entry"` // name in the archive
+	Path  string `json:"path"`  // original absolute path
+	Entry string `json:"entry"` // name in the archive: "files" + Path
+	// What is the file's role (one of the role* constants): restore finds
+	// the destination by it, in the local backupSet.
 	What   string `json:"what"`
-	Mode   string `json:"mode"` // octal permission bits, "0600"
+	Mode   string `json:"mode"` // octal permission bits, "0600"; informative
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
-	UID    int    `json:"uid"`
-	GID    int    `json:"gid"`
-	User   string `json:"user,omitempty"`
-	Group  string `json:"group,omitempty"`
+	// The owner at backup time; informative, restore applies its rules.
+	UID   int    `json:"uid"`
+	GID   int    `json:"gid"`
+	User  string `json:"user,omitempty"`
+	Group string `json:"group,omitempty"`
 }
 
 type backupSkipped struct {
@@ -95,9 +105,10 @@ type backupSkipped struct {
 }
 
 func cmdBackup(args []string, stdout, stderr io.Writer) int {
-	var out string
+	var out, signKey string
 	extra := func(fs *pflag.FlagSet) {
 		fs.StringVarP(&out, "output", "o", "", "backup file (default tabcast-backup-<host>-<UTC time>.tar.gz here)")
+		fs.StringVar(&signKey, "sign", "", "sign with this update signing key (update-signing.key; /dev/stdin to pipe it)")
 	}
 	if code, ok := parseCommandFlags("backup", args, stderr, backupUsage, extra); !ok {
 		return code
@@ -106,6 +117,15 @@ func cmdBackup(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		printConfigError(stderr, err)
 		return 1
+	}
+	var key ed25519.PrivateKey
+	if signKey != "" {
+		// Before reading anything else: a wrong key path should not cost a
+		// whole backup. LoadPrivateKey never puts key bytes in its errors.
+		if key, err = update.LoadPrivateKey(signKey); err != nil {
+			fmt.Fprintf(stderr, "tabcast backup: --sign: %v\n", err)
+			return 1
+		}
 	}
 	file, _ := fs.GetString(config.FlagConfig)
 	now := time.Now().UTC()
@@ -117,7 +137,7 @@ func cmdBackup(args []string, stdout, stderr io.Writer) int {
 		}
 		out = fmt.Sprintf("tabcast-backup-%s-%s.tar.gz", safeName(h), now.Format("20060102T150405Z"))
 	}
-	m, err := writeBackup(out, cfg, file, host, now)
+	m, err := writeBackup(out, cfg, file, host, now, key, signKey)
 	if err != nil {
 		fmt.Fprintln(stderr, "tabcast backup:", err)
 		return 1
@@ -128,94 +148,193 @@ func cmdBackup(args []string, stdout, stderr io.Writer) int {
 	for _, s := range m.Skipped {
 		fmt.Fprintf(stdout, "  skipped %s (%s): %s\n", s.Path, s.What, s.Reason)
 	}
-	fmt.Fprintf(stdout, "Wrote %s: %d file(s), %d skipped. It holds secrets: store it like the appliance's disk.\n", out, len(m.Files), len(m.Skipped))
+	signed := "unsigned"
+	if key != nil {
+		signed = "signed by update key " + update.KeyID(key.Public().(ed25519.PublicKey))
+	}
+	fmt.Fprintf(stdout, "Wrote %s (%s): %d file(s), %d skipped. It holds secrets: store it like the appliance's disk.\n",
+		out, signed, len(m.Files), len(m.Skipped))
 	return 0
 }
 
-// backupSource is a file a backup wants.
-type backupSource struct{ Path, What string }
+// Roles: what a backed-up file is. manifest.json records one per file
+// ("what") and restore matches archive entries to this appliance's
+// destinations by it, so these strings are part of the backup format:
+// never change one.
+const (
+	roleConfig     = "config file"
+	roleConfigDir  = "config directory"
+	roleUsers      = "users file (auth-local)"
+	roleInitialPW  = "one-time admin password (auth-local)"
+	roleTokens     = "API tokens"
+	roleTLSCert    = "TLS certificate"
+	roleTLSKey     = "TLS key"
+	roleTURNSecret = "TURN secret (turnd)"
+	roleAgentToken = "agent CLI token"
+)
 
-// backupSources lists the files a backup holds, in order, absolute.
-func backupSources(cfg *config.Config, cfgFile string) ([]backupSource, error) {
-	var out []backupSource
-	add := func(path, what string) error {
-		if path == "" {
-			return nil
-		}
-		abs, err := filepath.Abs(path)
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", what, path, err)
-		}
-		out = append(out, backupSource{Path: abs, What: what})
-		return nil
-	}
+// configDirPerm is the mode of the other files in the config directory: what
+// they hold is not known, so they are treated as secrets.
+const configDirPerm os.FileMode = 0o600
+
+// backupTarget is one file of the backed-up set: where this appliance's
+// configuration puts it, and the mode restore writes it with. The modes
+// are those the appliance's own writers use (auth-local, access, certs,
+// turnd: secrets 0600; firstboot: config 0640; the certificate 0644).
+type backupTarget struct {
+	Path string // absolute
+	What string // role
+	Perm os.FileMode
+}
+
+// backupSet is the one list of what backup reads and what restore may
+// write, derived from the local configuration only.
+type backupSet struct {
+	Named []backupTarget // one per path, in backup order
+	// ConfigDir is dedicatedConfigDir when the config file is in it, else
+	// "": backup then takes every regular file directly in it, and restore
+	// may write files directly in it (roleConfigDir).
+	ConfigDir string
+}
+
+// newBackupSet lists the appliance's backed-up files from cfg (loaded from
+// cfgFile, "" = the default path).
+func newBackupSet(cfg *config.Config, cfgFile string) (*backupSet, error) {
 	if cfgFile == "" {
 		cfgFile = config.DefaultFilePath
 	}
-	if err := add(cfgFile, "config file"); err != nil {
-		return nil, err
-	}
-	if abs, err := filepath.Abs(cfgFile); err == nil && filepath.Dir(abs) == filepath.Clean(dedicatedConfigDir) {
-		ents, err := os.ReadDir(dedicatedConfigDir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("read %s: %w", dedicatedConfigDir, err)
-		}
-		for _, e := range ents {
-			// Skip atomicfile's temp files and anything not a plain file.
-			if e.Type().IsRegular() && !strings.Contains(e.Name(), ".tmp-") {
-				if err := add(filepath.Join(dedicatedConfigDir, e.Name()), "config directory"); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	str := func(plugin, key string) string {
-		s, _ := cfg.Plugins.Config[plugin][key].(string)
-		return s
-	}
+	usersFile, pwFile := cfg.AuthLocalFiles()
+	turnSecret, _ := cfg.Plugins.Config["turnd"]["secretFile"].(string)
 	certFile, keyFile := cfg.Server.CertFile, cfg.Server.KeyFile
 	if certFile == "" {
 		certFile, keyFile = filepath.Join(cfg.Server.DataDir, "tls-cert.pem"), filepath.Join(cfg.Server.DataDir, "tls-key.pem")
 	}
-	for _, s := range []struct{ path, what string }{
-		{str("auth-local", "usersFile"), "users file (auth-local)"},
-		{str("auth-local", "initialPasswordFile"), "one-time admin password (auth-local)"},
-		{filepath.Join(cfg.Server.DataDir, "tokens.json"), "API tokens"},
-		{certFile, "TLS certificate"},
-		{keyFile, "TLS key"},
-		{str("turnd", "secretFile"), "TURN secret (turnd)"},
-		{agentTokenFile(cfg), "agent CLI token"},
-	} {
-		if err := add(s.path, s.what); err != nil {
-			return nil, err
-		}
-	}
-	// One entry per path; the first description wins, except that a named
-	// role beats "config directory".
+	set := &backupSet{}
 	seen := map[string]int{}
-	var uniq []backupSource
-	for _, s := range out {
-		if i, ok := seen[s.Path]; ok {
-			if uniq[i].What == "config directory" {
-				uniq[i].What = s.What
-			}
+	for _, t := range []backupTarget{
+		{cfgFile, roleConfig, 0o640},
+		{usersFile, roleUsers, 0o600},
+		{pwFile, roleInitialPW, 0o600},
+		{filepath.Join(cfg.Server.DataDir, "tokens.json"), roleTokens, 0o600},
+		{certFile, roleTLSCert, 0o644},
+		{keyFile, roleTLSKey, 0o600},
+		{turnSecret, roleTURNSecret, 0o600},
+		{agentTokenFile(cfg), roleAgentToken, 0o600},
+	} {
+		if t.Path == "" {
 			continue
 		}
-		seen[s.Path] = len(uniq)
-		uniq = append(uniq, s)
+		abs, err := filepath.Abs(t.Path)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", t.What, t.Path, err)
+		}
+		t.Path = abs
+		// One entry per path; the first role wins, with the stricter mode
+		// of the two (a certFile that is also the keyFile holds a key).
+		if i, ok := seen[abs]; ok {
+			set.Named[i].Perm &= t.Perm
+			continue
+		}
+		seen[abs] = len(set.Named)
+		set.Named = append(set.Named, t)
 	}
-	return uniq, nil
+	if filepath.Dir(set.Named[0].Path) == filepath.Clean(dedicatedConfigDir) {
+		set.ConfigDir = filepath.Clean(dedicatedConfigDir)
+	}
+	return set, nil
 }
 
-// writeBackup reads the files and writes the archive to out.
-func writeBackup(out string, cfg *config.Config, cfgFile, host string, now time.Time) (*backupManifest, error) {
-	srcs, err := backupSources(cfg, cfgFile)
+// named returns the target whose path is path.
+func (s *backupSet) named(path string) (backupTarget, bool) {
+	for _, t := range s.Named {
+		if t.Path == path {
+			return t, true
+		}
+	}
+	return backupTarget{}, false
+}
+
+// role returns the named target with role what.
+func (s *backupSet) role(what string) (backupTarget, bool) {
+	for _, t := range s.Named {
+		if t.What == what {
+			return t, true
+		}
+	}
+	return backupTarget{}, false
+}
+
+// configDirName checks a file name in the config directory: one plain
+// component, printable, not a temp file of atomicfile or restore. Backup
+// skips what it refuses and restore refuses it, so every backup restores.
+func configDirName(name string) error {
+	switch {
+	case name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`):
+		return errors.New("not a plain file name")
+	case len(name) > 200:
+		return errors.New("name longer than 200 bytes")
+	case strings.Contains(name, ".tmp-"):
+		return errors.New("a temporary file")
+	}
+	for _, r := range name {
+		if !unicode.IsPrint(r) || r == unicode.ReplacementChar {
+			return errors.New("name has control or invalid characters")
+		}
+	}
+	return nil
+}
+
+// sources lists the files a backup reads now, in order: the named ones and
+// the config directory's other regular files.
+func (s *backupSet) sources() ([]backupTarget, []backupSkipped, error) {
+	out := []backupTarget{s.Named[0]}
+	var skipped []backupSkipped
+	if s.ConfigDir != "" {
+		ents, err := os.ReadDir(s.ConfigDir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("read %s: %w", s.ConfigDir, err)
+		}
+		for _, e := range ents {
+			path := filepath.Join(s.ConfigDir, e.Name())
+			if _, ok := s.named(path); ok || !e.Type().IsRegular() {
+				continue // a named role's file, or a directory (ssh/, system/)
+			}
+			if err := configDirName(e.Name()); err != nil {
+				if !strings.Contains(e.Name(), ".tmp-") {
+					skipped = append(skipped, backupSkipped{Path: path, What: roleConfigDir, Reason: err.Error()})
+				}
+				continue
+			}
+			out = append(out, backupTarget{Path: path, What: roleConfigDir, Perm: configDirPerm})
+		}
+	}
+	return append(out, s.Named[1:]...), skipped, nil
+}
+
+// writeBackup reads the files and writes the archive to out, signed with
+// key when it is not nil (keyPath: its file, never backed up).
+func writeBackup(out string, cfg *config.Config, cfgFile, host string, now time.Time, key ed25519.PrivateKey, keyPath string) (*backupManifest, error) {
+	set, err := newBackupSet(cfg, cfgFile)
 	if err != nil {
 		return nil, err
 	}
-	m := &backupManifest{Version: backupFormat, TabcastVersion: version, Created: now, Host: host, Listen: cfg.Server.Listen}
+	srcs, skipped, err := set.sources()
+	if err != nil {
+		return nil, err
+	}
+	keyAbs := ""
+	if keyPath != "" {
+		keyAbs, _ = filepath.Abs(keyPath)
+	}
+	m := &backupManifest{Version: backupFormat, TabcastVersion: version, Created: now, Host: host, Listen: cfg.Server.Listen, Skipped: skipped}
 	var entries []tarEntry
 	for _, s := range srcs {
+		if s.Path == keyAbs {
+			// Kept in /etc/tabcast, it would otherwise travel in every
+			// backup, next to the secrets it is meant to vouch for.
+			m.Skipped = append(m.Skipped, backupSkipped{Path: s.Path, What: s.What, Reason: "the update signing key is never backed up"})
+			continue
+		}
 		st, err := os.Stat(s.Path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -255,14 +374,20 @@ func writeBackup(out string, cfg *config.Config, cfgFile, host string, now time.
 	if err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
-	entries = append([]tarEntry{{name: "manifest.json", mode: 0o600, data: append(mj, '\n')}}, entries...)
-	if err := writeTarGz(out, entries, now); err != nil {
+	mj = append(mj, '\n')
+	head := []tarEntry{{name: backupManifestName, mode: 0o600, data: mj}}
+	if key != nil {
+		// The manifest holds every file's sha256 and restore refuses any
+		// entry it does not list, so signing it signs the whole backup.
+		head = append(head, tarEntry{name: backupSigName, mode: 0o600, data: update.SignManifest(key, mj)})
+	}
+	if err := writeTarGz(out, append(head, entries...), now); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-// Running checks; variables for tests.
+// Restore's checks for a running appliance; variables for tests.
 var (
 	// serviceActive reports whether systemd runs tabcast.service.
 	serviceActive = func() bool {
@@ -304,238 +429,4 @@ func healthAnswers(listen string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func cmdRestore(args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("restore", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	dryRun := fs.Bool("dry-run", false, "verify the archive and list what would be written; write nothing")
-	force := fs.Bool("force", false, "replace existing files, and restore even while tabcast is running")
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, pflag.ErrHelp):
-		fmt.Fprint(stderr, restoreUsage)
-		return 0
-	case err != nil:
-		fmt.Fprintf(stderr, "tabcast restore: %v\n%s", err, restoreUsage)
-		return 2
-	case fs.NArg() != 1:
-		fmt.Fprint(stderr, restoreUsage)
-		return 2
-	}
-	if err := restore(fs.Arg(0), *dryRun, *force, stdout); err != nil {
-		fmt.Fprintln(stderr, "tabcast restore:", err)
-		return 1
-	}
-	return 0
-}
-
-// restore verifies the archive completely, then writes its files.
-func restore(archive string, dryRun, force bool, stdout io.Writer) error {
-	m, data, err := readBackup(archive)
-	if err != nil {
-		return fmt.Errorf("%s: %w; nothing was written", archive, err)
-	}
-	type plan struct {
-		f      backupFile
-		mode   os.FileMode
-		exists bool
-	}
-	var plans []plan
-	var existing []string
-	for _, f := range m.Files {
-		mode, _ := strconv.ParseUint(f.Mode, 8, 32) // checked by readBackup
-		p := plan{f: f, mode: os.FileMode(mode)}
-		st, err := os.Lstat(f.Path)
-		switch {
-		case err == nil && st.IsDir():
-			return fmt.Errorf("%s is a directory; nothing was written", f.Path)
-		case err == nil:
-			p.exists = true
-			existing = append(existing, f.Path)
-		case !errors.Is(err, fs.ErrNotExist):
-			return fmt.Errorf("%s: %w; nothing was written", f.Path, err)
-		}
-		plans = append(plans, p)
-	}
-	if dryRun {
-		fmt.Fprintf(stdout, "%s: tabcast %s backup of %s taken %s; every sha256 matches.\n",
-			archive, m.TabcastVersion, m.Host, m.Created.Format(time.RFC3339))
-		for _, p := range plans {
-			state := "new"
-			if p.exists {
-				state = "exists, would be replaced (needs --force)"
-				if force {
-					state = "exists, would be replaced"
-				}
-			}
-			fmt.Fprintf(stdout, "  would write %s %s (%s, %d bytes): %s\n", p.f.Mode, p.f.Path, p.f.What, p.f.Size, state)
-		}
-		for _, s := range m.Skipped {
-			fmt.Fprintf(stdout, "  not in the backup: %s (%s): %s\n", s.Path, s.What, s.Reason)
-		}
-		return nil
-	}
-	if len(existing) > 0 && !force {
-		return fmt.Errorf("refusing to replace existing files (use --force): %s; nothing was written", strings.Join(existing, ", "))
-	}
-	if !force {
-		if serviceActive() {
-			return errors.New("tabcast.service is active: stop it first (systemctl stop tabcast) or use --force; nothing was written")
-		}
-		if u, ok := healthAnswers(m.Listen); ok {
-			return fmt.Errorf("an appliance answers on %s: stop it first or use --force; nothing was written", u)
-		}
-	}
-	chown := os.Geteuid() == 0
-	var written []string
-	for _, p := range plans {
-		if err := atomicfile.Write(p.f.Path, data[p.f.Entry], p.mode); err != nil {
-			return fmt.Errorf("%w (already restored: %s)", err, listOrNone(written))
-		}
-		written = append(written, p.f.Path)
-		owner := ""
-		if chown {
-			uid, gid := ownerIDs(p.f)
-			if uid >= 0 || gid >= 0 {
-				if err := os.Lchown(p.f.Path, uid, gid); err != nil {
-					return fmt.Errorf("chown %s: %w (already restored: %s)", p.f.Path, err, listOrNone(written))
-				}
-				owner = fmt.Sprintf(", owner %d:%d", uid, gid)
-			}
-		}
-		fmt.Fprintf(stdout, "  restored %s %s (%s%s)\n", p.f.Mode, p.f.Path, p.f.What, owner)
-	}
-	fmt.Fprintf(stdout, "Restored %d file(s) from %s.\n", len(written), archive)
-	return nil
-}
-
-func listOrNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
-}
-
-// ownerIDs prefers the user and group names (ids may differ on a new
-// machine), then the recorded ids.
-func ownerIDs(f backupFile) (int, int) {
-	uid, gid := f.UID, f.GID
-	if f.User != "" {
-		if u, err := user.Lookup(f.User); err == nil {
-			if n, err := strconv.Atoi(u.Uid); err == nil {
-				uid = n
-			}
-		}
-	}
-	if f.Group != "" {
-		if g, err := user.LookupGroup(f.Group); err == nil {
-			if n, err := strconv.Atoi(g.Gid); err == nil {
-				gid = n
-			}
-		}
-	}
-	return uid, gid
-}
-
-// readBackup reads and checks a whole archive: only regular files with
-// local names, a manifest naming every entry, absolute clean target paths,
-// and every size and sha256 matching. Any problem refuses all of it.
-func readBackup(path string) (*backupManifest, map[string][]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, nil, fmt.Errorf("not a gzip'd tar: %w", err)
-	}
-	tr := tar.NewReader(zr)
-	data := map[string][]byte{}
-	var total int64
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("read archive: %w", err)
-		}
-		if hdr.Typeflag != tar.TypeReg {
-			return nil, nil, fmt.Errorf("entry %q is not a regular file (type %q)", hdr.Name, hdr.Typeflag)
-		}
-		if !filepath.IsLocal(hdr.Name) || strings.Contains(hdr.Name, `\`) || filepath.Clean(hdr.Name) != hdr.Name {
-			return nil, nil, fmt.Errorf("entry %q: unsafe path", hdr.Name)
-		}
-		if _, dup := data[hdr.Name]; dup {
-			return nil, nil, fmt.Errorf("entry %q appears twice", hdr.Name)
-		}
-		if hdr.Size > backupMaxFile || total+hdr.Size > backupMaxTotal {
-			return nil, nil, fmt.Errorf("entry %q: too large", hdr.Name)
-		}
-		b, err := io.ReadAll(io.LimitReader(tr, hdr.Size+1))
-		if err != nil {
-			return nil, nil, fmt.Errorf("read entry %q: %w", hdr.Name, err)
-		}
-		total += int64(len(b))
-		data[hdr.Name] = b
-	}
-	mj, ok := data["manifest.json"]
-	if !ok {
-		return nil, nil, errors.New("not a tabcast backup (no manifest.json)")
-	}
-	delete(data, "manifest.json")
-	var m backupManifest
-	dec := json.NewDecoder(bytes.NewReader(mj))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return nil, nil, fmt.Errorf("manifest.json: %w", err)
-	}
-	if m.Version != backupFormat {
-		return nil, nil, fmt.Errorf("manifest.json: version %d, this tabcast reads %d", m.Version, backupFormat)
-	}
-	var problems []string
-	paths := map[string]bool{}
-	named := map[string]bool{}
-	for _, f := range m.Files {
-		switch {
-		case !filepath.IsAbs(f.Path) || filepath.Clean(f.Path) != f.Path || strings.Contains(f.Path, `\`):
-			problems = append(problems, fmt.Sprintf("%q: not a clean absolute path", f.Path))
-			continue
-		case f.Entry != "files"+f.Path:
-			problems = append(problems, fmt.Sprintf("%s: entry %q does not match the path", f.Path, f.Entry))
-			continue
-		case paths[f.Path]:
-			problems = append(problems, fmt.Sprintf("%s: listed twice", f.Path))
-			continue
-		}
-		paths[f.Path], named[f.Entry] = true, true
-		if mode, err := strconv.ParseUint(f.Mode, 8, 32); err != nil || mode > 0o777 {
-			problems = append(problems, fmt.Sprintf("%s: bad mode %q", f.Path, f.Mode))
-		}
-		b, ok := data[f.Entry]
-		if !ok {
-			problems = append(problems, fmt.Sprintf("%s: missing from the archive", f.Path))
-			continue
-		}
-		sum := sha256.Sum256(b)
-		if got := hex.EncodeToString(sum[:]); got != strings.ToLower(f.SHA256) || int64(len(b)) != f.Size {
-			problems = append(problems, fmt.Sprintf("%s: sha256 %s, manifest says %s", f.Path, got, f.SHA256))
-		}
-	}
-	var extra []string
-	for name := range data {
-		if !named[name] {
-			extra = append(extra, name)
-		}
-	}
-	sort.Strings(extra)
-	for _, name := range extra {
-		problems = append(problems, fmt.Sprintf("entry %q is not in the manifest", name))
-	}
-	if len(problems) > 0 {
-		return nil, nil, fmt.Errorf("the archive does not match its manifest (damaged or altered):\n  %s", strings.Join(problems, "\n  "))
-	}
-	return &m, data, nil
 }

@@ -1,15 +1,22 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/core/access"
+	"github.com/tabcast/tabcast/core/audit"
 )
 
 const tokensUsage = `usage:
@@ -17,7 +24,11 @@ const tokensUsage = `usage:
   tabcast tokens create NAME --user U [--role admin|operator|viewer] [--scopes read,control] [--ttl 720h] [config flags]
   tabcast tokens revoke ID [config flags]
 The token file is <server.dataDir>/tokens.json; the running appliance sees
-changes at once. A new token is printed once and never stored.
+changes at once. A new token is printed once and never stored. Creating and
+revoking are recorded in <server.dataDir>/audit.log as the API records them
+(token.create, token.revoke; source "cli:<login>"); when that log cannot be
+written, nothing is changed. Run as root, the files stay the owner's of
+server.dataDir (the tabcast user).
 `
 
 // cmdTokens manages API tokens on this box (root or the tabcast user).
@@ -44,10 +55,28 @@ func cmdTokens(args []string, stdout, stderr io.Writer) int {
 		printConfigError(stderr, err)
 		return 2
 	}
-	tk, err := access.OpenTokens(filepath.Join(cfg.Server.DataDir, "tokens.json"))
+	tokensFile := filepath.Join(cfg.Server.DataDir, "tokens.json")
+	tk, err := access.OpenTokens(tokensFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "tabcast tokens:", err)
 		return 1
+	}
+	// A change is audited like the API's (core/httpapi admin.go): the log
+	// is opened first, so that no token is made or revoked unrecorded.
+	var al *audit.Log
+	if sub == "create" || sub == "revoke" {
+		if al, err = openCLIAudit(cfg); err != nil {
+			fmt.Fprintf(stderr, "tabcast tokens: %v; nothing was changed\n", err)
+			return 1
+		}
+		defer al.Close()
+		defer keepDataDirOwner(cfg, tokensFile, tokensFile+".lock")
+	}
+	record := func(rec audit.Record) {
+		rec.Outcome, rec.Source = audit.OK, cliSource()
+		if err := al.Add(rec); err != nil {
+			fmt.Fprintf(stderr, "tabcast tokens: warning: audit log: %v\n", err)
+		}
 	}
 	switch sub {
 	case "list":
@@ -84,6 +113,8 @@ func cmdTokens(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "tabcast tokens:", err)
 			return 1
 		}
+		// The same action and detail as the API's record; never the secret.
+		record(audit.Record{Action: "token.create", Detail: "token " + info.ID + " for " + info.User + " (" + string(info.Role) + ")"})
 		fmt.Fprintf(stderr, "token %s for %s (%s, %s); it is shown only now:\n", info.ID, info.User, info.Role, strings.Join(info.Scopes, ","))
 		fmt.Fprintln(stdout, secret)
 		return 0
@@ -92,7 +123,7 @@ func cmdTokens(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stderr, tokensUsage)
 			return 2
 		}
-		_, ok, err := tk.Revoke(arg)
+		info, ok, err := tk.Revoke(arg)
 		if err != nil {
 			fmt.Fprintln(stderr, "tabcast tokens:", err)
 			return 1
@@ -101,9 +132,65 @@ func cmdTokens(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "tabcast tokens: no token %q\n", arg)
 			return 1
 		}
+		record(audit.Record{Action: "token.revoke", Detail: "token " + info.ID})
 		fmt.Fprintln(stdout, "revoked", arg)
 		return 0
 	}
 	fmt.Fprint(stderr, tokensUsage)
 	return 2
+}
+
+// openCLIAudit opens the appliance's audit log for appending.
+func openCLIAudit(cfg *config.Config) (*audit.Log, error) {
+	path := filepath.Join(cfg.Server.DataDir, "audit.log")
+	_, statErr := os.Lstat(path)
+	// No rotation from here (maxBytes 0): the running appliance holds the
+	// file open and rotates it; a rotation by this process would leave it
+	// writing to audit.log.1.
+	l, err := audit.Open(path, 0)
+	if err != nil {
+		return nil, err
+	}
+	if errors.Is(statErr, fs.ErrNotExist) {
+		keepDataDirOwner(cfg, path)
+	}
+	return l, nil
+}
+
+// cliSource is an audit record's source for a change made on the box.
+func cliSource() string {
+	if u, err := user.Current(); err == nil {
+		return "cli:" + u.Username
+	}
+	return fmt.Sprintf("cli:uid %d", os.Geteuid())
+}
+
+// keepDataDirOwner gives files root just wrote in server.dataDir to the
+// directory's owner (the tabcast user): a root-owned 0600 tokens.json,
+// lock or audit log would lock the appliance out of its own files. Only
+// plain files root owns, with one link, opened without following links,
+// are changed, so nothing else can be handed over through them.
+func keepDataDirOwner(cfg *config.Config, paths ...string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	st, err := os.Stat(cfg.Server.DataDir)
+	if err != nil {
+		return
+	}
+	dir, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || dir.Uid == 0 {
+		return
+	}
+	for _, p := range paths {
+		fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		var fst syscall.Stat_t
+		if syscall.Fstat(fd, &fst) == nil && fst.Mode&syscall.S_IFMT == syscall.S_IFREG && fst.Nlink == 1 && fst.Uid == 0 {
+			_ = syscall.Fchown(fd, int(dir.Uid), int(dir.Gid))
+		}
+		syscall.Close(fd)
+	}
 }

@@ -199,6 +199,12 @@ func LoadPublicKeys(path string) ([]PublicKey, error) {
 
 // verifyAny returns the key that signed msg, or an error.
 func verifyAny(keys []PublicKey, msg, sig []byte) (*PublicKey, error) {
+	return verifySigned(keys, msg, sig, "the bundle's")
+}
+
+// verifySigned is verifyAny for any artifact; whose names it in errors
+// ("the bundle's", "the backup's").
+func verifySigned(keys []PublicKey, msg, sig []byte, whose string) (*PublicKey, error) {
 	if len(sig) != ed25519.SignatureSize {
 		return nil, errors.New("manifest.sig is not an ed25519 signature")
 	}
@@ -207,5 +213,5 @@ func verifyAny(keys []PublicKey, msg, sig []byte) (*PublicKey, error) {
 			return &keys[i], nil
 		}
 	}
-	return nil, fmt.Errorf("the bundle's signature does not verify with any trusted key (%d trusted)", len(keys))
+	return nil, fmt.Errorf("%s signature does not verify with any trusted key (%d trusted)", whose, len(keys))
 }
