@@ -171,6 +171,7 @@ const (
 	roleTLSKey     = "TLS key"
 	roleTURNSecret = "TURN secret (turnd)"
 	roleAgentToken = "agent CLI token"
+	roleProxyCreds = "upstream proxy credentials"
 )
 
 // configDirPerm is the mode of the other files in the config directory: what
@@ -220,6 +221,7 @@ func newBackupSet(cfg *config.Config, cfgFile string) (*backupSet, error) {
 		{keyFile, roleTLSKey, 0o600},
 		{turnSecret, roleTURNSecret, 0o600},
 		{agentTokenFile(cfg), roleAgentToken, 0o600},
+		{cfg.Sessions.ProxyCredentialsFile, roleProxyCreds, 0o600},
 	} {
 		if t.Path == "" {
 			continue

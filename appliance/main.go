@@ -35,7 +35,7 @@ Usage:
   tabcast mcp [--url URL] [--token-file F] (the agent tools as an MCP server on stdio)
   tabcast support-bundle [-o FILE] [--logs N] [config flags] (redacted diagnostics for support)
   tabcast backup  [-o FILE] [config flags]  (config, users, tokens, TLS, secrets)
-  tabcast restore FILE [--dry-run] [--force]
+  tabcast restore FILE [--dry-run] [--force] [--pubkey F] [--require-signed]
   tabcast update apply|status|wait-ready|verify|keygen|pubkey|pack ... (A/B updates: see tabcast update --help)
   tabcast firstboot apply|host-keys ...  (the image's unattended set-up: see tabcast firstboot --help)
   tabcast version

@@ -407,7 +407,7 @@ func decodeBackupManifest(b []byte) (*backupManifest, error) {
 
 // knownRoles are the roles any appliance backs up.
 var knownRoles = map[string]bool{roleConfig: true, roleConfigDir: true, roleUsers: true, roleInitialPW: true,
-	roleTokens: true, roleTLSCert: true, roleTLSKey: true, roleTURNSecret: true, roleAgentToken: true}
+	roleTokens: true, roleTLSCert: true, roleTLSKey: true, roleTURNSecret: true, roleAgentToken: true, roleProxyCreds: true}
 
 // matchBackup gives each manifest file its destination in set, by role.
 // The path the archive records must be the one set has for that role: it
