@@ -244,16 +244,22 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			return err
 		}
 	}
+	viewerNets, err := peer.ParseViewerNetworks(cfg.WebRTC.ViewerNetworks)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("webrtc.viewerNetworks: %w", err)
+	}
+	tm := newTelemetry()
 	a.peers, err = peer.NewFactory(peer.Config{
 		UDPPort: cfg.WebRTC.UDPPort, TCP: cfg.WebRTC.TCP, Interfaces: cfg.WebRTC.Interfaces,
 		Advertise: cfg.WebRTC.Advertise, RelayOnly: cfg.WebRTC.RelayOnly, MaxBitrateKbps: cfg.Video.BitrateKbps,
+		ViewerNetworks: viewerNets, Telemetry: tm,
 		Logger: log.With("component", "peer"),
 	})
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("webrtc: %w", err)
 	}
-	tm := newTelemetry()
 	a.sessions = session.NewManager(session.Config{
 		Width: cfg.Browser.Width, Height: cfg.Browser.Height,
 		MaxSessions: cfg.Sessions.Max, MaxViewers: cfg.Sessions.MaxViewers,

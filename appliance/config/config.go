@@ -143,6 +143,9 @@ type WebRTC struct {
 	Interfaces []string `koanf:"interfaces"`
 	Advertise  []string `koanf:"advertise"`
 	RelayOnly  bool     `koanf:"relayOnly"`
+	// ViewerNetworks are the CIDR prefixes viewers' ICE candidates may
+	// name; [] = any private or public unicast address.
+	ViewerNetworks []string `koanf:"viewerNetworks"`
 }
 
 // Turn is the embedded TURN relay (the turnd plugin).

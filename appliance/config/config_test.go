@@ -53,7 +53,7 @@ func wantDefaults() *Config {
 			Hardware:         "auto",
 			Capture:          "auto",
 		},
-		WebRTC: WebRTC{UDPPort: 8443, TCP: true, Interfaces: []string{}, Advertise: []string{}},
+		WebRTC: WebRTC{UDPPort: 8443, TCP: true, Interfaces: []string{}, Advertise: []string{}, ViewerNetworks: []string{}},
 		Turn:   Turn{Enabled: true, Plugin: "turnd", CredentialTTL: 10 * time.Minute},
 		Agent:  Agent{},
 		Input: Input{
@@ -243,6 +243,13 @@ func TestFileErrors(t *testing.T) {
 		{"unparsable listen", "server:\n  listen: localhost\n", []string{`config: server.listen: invalid address "localhost"`}},
 		{"listen port", "server:\n  listen: 127.0.0.1:http\n", []string{`config: server.listen: invalid port "http"`}},
 		{"udp port", "webrtc:\n  udpPort: 80\n", []string{"config: webrtc.udpPort: out of range: 80 not 0 or in [1024, 65535]"}},
+		{"viewer networks", "webrtc:\n  viewerNetworks: [10.0.0.0/33, 192.168.1.0/24, 10.1.2.3, \"::ffff:10.0.0.0/104\", 169.254.0.0/24, 127.0.0.0/8]\n", []string{
+			`config: webrtc.viewerNetworks[0]: not a CIDR prefix: "10.0.0.0/33" (e.g. 10.20.0.0/16 or fd00:20::/48)`,
+			`config: webrtc.viewerNetworks[2]: not a CIDR prefix: "10.1.2.3"`,
+			`config: webrtc.viewerNetworks[3]: write IPv4 ranges in IPv4 form: "::ffff:10.0.0.0/104"`,
+			`config: webrtc.viewerNetworks[4]: 169.254.0.0/24 is link-local, which viewers' ICE candidates may never name`,
+			`config: webrtc.viewerNetworks[5]: 127.0.0.0/8 is loopback, which viewers' ICE candidates may never name`,
+		}},
 		{"noSandbox enum", "browser:\n  noSandbox: maybe\n", []string{`config: browser.noSandbox: invalid value "maybe"`}},
 		{"start url scheme", "browser:\n  startURL: file:///etc/passwd\n", []string{`config: browser.startURL: invalid URL "file:///etc/passwd"`}},
 		{"extra flag form", "browser:\n  extraFlags: [lang=en]\n", []string{`config: browser.extraFlags[0]: invalid Chromium flag "lang=en"`}},
@@ -282,6 +289,9 @@ func TestFileAccepted(t *testing.T) {
 		{"localhost", "server:\n  listen: localhost:9000\n", func(c *Config) bool { return c.Server.Listen == "localhost:9000" }},
 		{"127/8", "server:\n  listen: 127.1.2.3:9000\n", func(c *Config) bool { return c.Server.Listen == "127.1.2.3:9000" }},
 		{"hardware off", "video:\n  hardware: off\n", func(c *Config) bool { return c.Video.Hardware == "off" }},
+		{"viewer networks", "webrtc:\n  viewerNetworks: [10.20.0.0/16, \"fd00:20::/48\", 0.0.0.0/0]\n", func(c *Config) bool {
+			return reflect.DeepEqual(c.WebRTC.ViewerNetworks, []string{"10.20.0.0/16", "fd00:20::/48", "0.0.0.0/0"})
+		}},
 		{"lists replace", "webrtc:\n  interfaces: [eth0, lo]\n", func(c *Config) bool {
 			return reflect.DeepEqual(c.WebRTC.Interfaces, []string{"eth0", "lo"})
 		}},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -181,6 +182,30 @@ func validate(cfg *Config, origin func(string) string) []error {
 	for i, a := range cfg.WebRTC.Advertise {
 		if net.ParseIP(a) == nil {
 			c.fail(fmt.Sprintf("webrtc.advertise[%d]", i), "not an IP address: %q", a)
+		}
+	}
+	for i, s := range cfg.WebRTC.ViewerNetworks {
+		key := fmt.Sprintf("webrtc.viewerNetworks[%d]", i)
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			c.fail(key, "not a CIDR prefix: %q (e.g. 10.20.0.0/16 or fd00:20::/48)", s)
+			continue
+		}
+		if p.Addr().Is4In6() {
+			c.fail(key, "write IPv4 ranges in IPv4 form: %q", s)
+			continue
+		}
+		// These classes are refused whatever the list says (a viewer on the
+		// box is recognized by its own address): naming one is a mistake.
+		for _, d := range []struct{ prefix, class string }{
+			{"127.0.0.0/8", "loopback"}, {"::1/128", "loopback"}, {"169.254.0.0/16", "link-local"}, {"fe80::/10", "link-local"},
+			{"224.0.0.0/4", "multicast"}, {"ff00::/8", "multicast"}, {"0.0.0.0/8", "unspecified"}, {"::/128", "unspecified"},
+			{"240.0.0.0/4", "reserved"},
+		} {
+			if dp := netip.MustParsePrefix(d.prefix); dp.Bits() <= p.Bits() && dp.Contains(p.Addr()) {
+				c.fail(key, "%s is %s, which viewers' ICE candidates may never name", s, d.class)
+				break
+			}
 		}
 	}
 	if cfg.WebRTC.TCP && cfg.WebRTC.UDPPort == 0 {

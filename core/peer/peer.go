@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,8 @@ import (
 	"github.com/pion/rtcp"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
+
+	"github.com/tabcast/tabcast/core/telemetry"
 )
 
 // Limits on what a viewer may send for one peer.
@@ -93,7 +96,15 @@ type Config struct {
 	// MaxBitrateKbps caps (and starts) each viewer's bandwidth estimate;
 	// 0 means 2500.
 	MaxBitrateKbps int
-	Logger         *slog.Logger
+	// ViewerNetworks (webrtc.viewerNetworks) are the only networks a
+	// viewer's ICE candidates may name; empty means any private or public
+	// unicast address. Loopback, link-local, unspecified, multicast and
+	// broadcast addresses are refused whatever it says (loopback is let
+	// through for a viewer on this box); see candfilter.go.
+	ViewerNetworks []netip.Prefix
+	// Telemetry counts refused candidates; nil = none.
+	Telemetry *telemetry.Metrics
+	Logger    *slog.Logger
 }
 
 const (
@@ -104,7 +115,12 @@ const (
 // Factory builds peers that share one webrtc.API (codecs, interceptors,
 // ICE settings and, with Config.UDPPort, one UDP socket).
 type Factory struct {
-	api     *webrtc.API
+	// Each peer gets its own webrtc.API made of these (the setting engine
+	// copied, with the peer's remote IP filter): the filter depends on the
+	// viewer's address, and Pion calls it with nothing but an IP.
+	se      webrtc.SettingEngine
+	me      *webrtc.MediaEngine
+	reg     *interceptor.Registry
 	cfg     Config
 	log     *slog.Logger
 	closers []interface{ Close() error } // shared ICE sockets (UDP and TCP mux)
@@ -173,6 +189,11 @@ func NewFactory(cfg Config) (*Factory, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	nets, err := normalizeNetworks(cfg.ViewerNetworks)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ViewerNetworks = nets
 	me, err := NewMediaEngine()
 	if err != nil {
 		return nil, err
@@ -258,8 +279,7 @@ func NewFactory(cfg Config) (*Factory, error) {
 			return nil, fmt.Errorf("advertised addresses: %w", err)
 		}
 	}
-	f.api = webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(reg),
-		webrtc.WithSettingEngine(se))
+	f.se, f.me, f.reg = se, me, reg
 	return f, nil
 }
 
@@ -327,6 +347,14 @@ type Options struct {
 	// channel (over ControlMaxBuffered buffered, or ControlQueue messages
 	// queued); the peer connection is then closed.
 	OnUnhealthy func(reason string)
+
+	// ViewerAddr is where the viewer's signaling connection comes from
+	// (the WebSocket's remote address). A loopback one means the viewer
+	// runs on this box (or behind a proxy on it), whose loopback
+	// candidates are then accepted; any other refuses them. The zero value
+	// means unknown: signaled loopback candidates and mDNS names are
+	// refused, peer-reflexive loopback ones accepted (see candfilter.go).
+	ViewerAddr netip.Addr
 }
 
 // Stats is a snapshot of one peer's sending side.
@@ -337,6 +365,9 @@ type Stats struct {
 	PLIs        uint64 // PLIs received from the viewer
 	FIRs        uint64 // FIRs received from the viewer
 	NACKs       uint64 // NACK packets received from the viewer
+	// CandidatesRefused counts the viewer's ICE candidates refused by
+	// their address (signaled, peer-reflexive or mDNS-resolved).
+	CandidatesRefused uint64
 }
 
 // Peer is one viewer's PeerConnection.
@@ -353,6 +384,16 @@ type Peer struct {
 	candidates int
 	closed     bool
 	relayOnly  bool // drop the viewer's non-relay candidates
+
+	// Remote candidate screening (candfilter.go), fixed at creation.
+	policy      candidatePolicy // signaled candidates
+	agentPolicy candidatePolicy // Pion's remote IP filter
+	viewerKnown bool            // Options.ViewerAddr was set
+	mdns        bool            // Config.MDNS
+	metrics     *telemetry.Metrics
+
+	refused          atomic.Uint64 // candidates refused by address
+	iceRefusalLogged atomic.Bool   // the agent filter logged its first refusal
 
 	// cbMu/cbClosed/cbWG fence callbacks: none starts after Close began
 	// and Close waits for the running ones.
@@ -386,11 +427,24 @@ func (f *Factory) NewPeer(o Options) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc, err := f.api.NewPeerConnection(webrtc.Configuration{ICEServers: f.cfg.ICEServers})
+	p := &Peer{id: id, opts: o, log: f.log.With("peer", id), rtcpDone: make(chan struct{}), relayOnly: f.cfg.RelayOnly,
+		mdns: f.cfg.MDNS, metrics: f.cfg.Telemetry}
+	viewer := o.ViewerAddr.Unmap()
+	p.viewerKnown = viewer.IsValid()
+	bcast := subnetBroadcasts()
+	p.policy = candidatePolicy{networks: f.cfg.ViewerNetworks, loopback: viewer.IsLoopback(), broadcast: bcast}
+	p.agentPolicy = p.policy
+	// Unknown viewer: a loopback peer-reflexive source is this host's own
+	// socket (see candfilter.go); signaled loopback is refused by p.policy.
+	p.agentPolicy.loopback = p.policy.loopback || !p.viewerKnown
+	se := f.se
+	se.SetRemoteIPFilter(p.agentFilter)
+	api := webrtc.NewAPI(webrtc.WithMediaEngine(f.me), webrtc.WithInterceptorRegistry(f.reg), webrtc.WithSettingEngine(se))
+	pc, err := api.NewPeerConnection(webrtc.Configuration{ICEServers: f.cfg.ICEServers})
 	if err != nil {
 		return nil, fmt.Errorf("new peer connection: %w", err)
 	}
-	p := &Peer{id: id, pc: pc, opts: o, log: f.log.With("peer", id), rtcpDone: make(chan struct{}), relayOnly: f.cfg.RelayOnly, bwe: f.bwe.take(pc.ID())}
+	p.pc, p.bwe = pc, f.bwe.take(pc.ID())
 
 	tr, err := pc.AddTransceiverFromTrack(countingTrack{o.Track, &p.sent},
 		webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly})
@@ -599,6 +653,15 @@ func (p *Peer) SetAnswer(sdpText string) error {
 	if !p.offered || p.answered {
 		return fmt.Errorf("set answer: %w", ErrBadState)
 	}
+	// The answer's own candidates are screened like trickled ones: the
+	// lines refused are removed before Pion reads them.
+	if p.screenSDP(&parsed) {
+		b, err := parsed.Marshal()
+		if err != nil {
+			return ErrBadSDP
+		}
+		sdpText = string(b)
+	}
 	if err := p.pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: sdpText}); err != nil {
 		return fmt.Errorf("%w: answer does not fit the offer", ErrBadSDP)
 	}
@@ -624,8 +687,16 @@ func (p *Peer) AddCandidate(c webrtc.ICECandidateInit) error {
 		return ErrTooManyCandidates
 	}
 	p.candidates++
-	if p.relayOnly && !strings.Contains(c.Candidate, " typ relay") && c.Candidate != "" {
-		return nil // not a path the appliance accepts; dropped, not an error
+	if c.Candidate != "" {
+		switch v, reason := p.screen(c.Candidate); v {
+		case candidateDiscard:
+			return nil // not a path the appliance accepts; dropped, not an error
+		case candidateRefuse:
+			// Dropped, not an error: the viewer's other candidates go on.
+			p.refusedOne(reason, fromTrickle)
+			p.log.Debug("remote ICE candidate refused", "reason", reason, "source", fromTrickle)
+			return nil
+		}
 	}
 	if err := p.pc.AddICECandidate(c); err != nil {
 		// Pion's error may quote the candidate (an address): do not wrap it.
@@ -657,6 +728,7 @@ func (p *Peer) Stats() Stats {
 		State:     p.pc.ConnectionState(),
 		BytesSent: p.sent.bytes.Load(), PacketsSent: p.sent.packets.Load(),
 		PLIs: p.plis.Load(), FIRs: p.firs.Load(), NACKs: p.nacks.Load(),
+		CandidatesRefused: p.refused.Load(),
 	}
 }
 

@@ -30,6 +30,7 @@ type Metrics struct {
 	actionReject       *prometheus.CounterVec
 	actionTimeout      *prometheus.CounterVec
 	inputCleanup       *prometheus.CounterVec
+	iceRefused         *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them on reg (a dedicated
@@ -67,9 +68,12 @@ func New(reg *prometheus.Registry) *Metrics {
 		inputCleanup: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tabcast_input_cleanup_total", Help: "Releases of held keys and buttons, by reason (renewed, ended, session_closed, watchdog).",
 		}, []string{"reason"}),
+		iceRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tabcast_ice_candidates_refused_total", Help: "Viewers' remote ICE candidates never given to the ICE agent, by the address class refused (loopback, link_local, metadata, unspecified, multicast, broadcast, reserved, viewer_networks, mdns) and where the candidate came from (sdp, trickle, ice: peer-reflexive from a STUN request or resolved by mDNS).",
+		}, []string{"reason", "source"}),
 	}
 	reg.MustRegister(m.sessionCreate, m.peerConnect, m.peerConnectSeconds, m.iceRestart,
-		m.inputAck, m.queueWait, m.actionReject, m.actionTimeout, m.inputCleanup)
+		m.inputAck, m.queueWait, m.actionReject, m.actionTimeout, m.inputCleanup, m.iceRefused)
 	// Series that should read 0 rather than be absent before the first event.
 	for _, r := range []string{"ok", "failed"} {
 		m.iceRestart.WithLabelValues(r)
@@ -167,6 +171,18 @@ func (m *Metrics) InputCleanup(reason string) {
 		return
 	}
 	m.inputCleanup.WithLabelValues(oneOf(reason, "renewed", "ended", "session_closed", "watchdog")).Inc()
+}
+
+// ICECandidateRefused counts one remote ICE candidate the peer refused
+// by its address; reason and source are the peer package's fixed words.
+func (m *Metrics) ICECandidateRefused(reason, source string) {
+	if m == nil {
+		return
+	}
+	m.iceRefused.WithLabelValues(
+		oneOf(reason, "loopback", "link_local", "metadata", "unspecified", "multicast", "broadcast", "reserved", "viewer_networks", "mdns"),
+		oneOf(source, "sdp", "trickle", "ice"),
+	).Inc()
 }
 
 var kinds = map[action.Kind]bool{

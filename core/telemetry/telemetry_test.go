@@ -56,6 +56,7 @@ func TestNilAndLabels(t *testing.T) {
 	m.ActionRejected("queue_full")
 	m.ActionTimedOut(action.Navigate)
 	m.InputCleanup("watchdog")
+	m.ICECandidateRefused("loopback", "sdp")
 	if m.Registry() != nil {
 		t.Error("nil Metrics has a registry")
 	}
@@ -66,17 +67,18 @@ func TestNilAndLabels(t *testing.T) {
 	m.ActionTimedOut(action.Kind("ann@example"))
 	m.PeerConnected("192.168.1.1", time.Second)
 	m.SessionCreated("ok", "bob")
+	m.ICECandidateRefused("127.0.0.1", "udp")
 	got := gather(t, reg)
 	for _, k := range []string{
 		"tabcast_action_reject_total{reason=other}", "tabcast_action_timeout_total{action_type=other}",
 		"tabcast_peer_connect_total{candidate_type=other,result=ok}", "tabcast_peer_connect_seconds{candidate_type=other}",
-		"tabcast_session_create_total{capture_mode=other,result=ok}",
+		"tabcast_session_create_total{capture_mode=other,result=ok}", "tabcast_ice_candidates_refused_total{reason=other,source=other}",
 	} {
 		if got[k] != 1 {
 			t.Errorf("%s = %v, want 1 (all: %v)", k, got[k], got)
 		}
 	}
-	if len(got) != 5+2+4+1 { // the five above; ice restarts, cleanups and the queue wait at 0
+	if len(got) != 6+2+4+1 { // the six above; ice restarts, cleanups and the queue wait at 0
 		t.Errorf("%d series: %v", len(got), got)
 	}
 }

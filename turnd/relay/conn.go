@@ -36,7 +36,7 @@ func (c *relayConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 	st := &c.inst.p.stats
 	if !c.inst.set.policy.permitAddr(addr) {
 		st.policyDrops.Add(1)
-		c.inst.p.rl.warn("policy", "relay datagram to a peer outside the allow list dropped", "peer", addr.String())
+		c.inst.p.rl.warnAddrs("policy", "relay datagram to a peer outside the allow list dropped", []any{"peer", addrOf(addr)})
 		return len(b), nil
 	}
 	now := time.Now()

@@ -65,6 +65,9 @@ const (
 type counters struct {
 	allocationsTotal, authFailures, permissionDenies, quotaRejects atomic.Uint64
 	relayedBytes, relayedPackets, policyDrops, bandwidthDrops      atomic.Uint64
+	// tcpRelayRefusals counts RFC 6062 requests answered with an error
+	// (turnd relays UDP only); not in turnapi.Stats, which has no field.
+	tcpRelayRefusals atomic.Uint64
 }
 
 // credEntry is one minted, unrevoked credential.
@@ -385,7 +388,7 @@ func (p *Plugin) authenticate(username, realm string, src net.Addr) ([]byte, boo
 	}
 	if key == nil {
 		p.stats.authFailures.Add(1)
-		p.rl.warn("auth", "TURN credential refused", "reason", reason, "id", id, "client", src.String())
+		p.rl.warnAddrs("auth", "TURN credential refused", []any{"client", addrOf(src)}, "reason", reason, "id", id)
 		return nil, false
 	}
 	return key, true

@@ -82,7 +82,7 @@ func (p *Plugin) startInstance(set *settings) (_ *instance, err error) {
 		in.udp = pc
 		in.logBuffers("listener", pc)
 		cfg.PacketConnConfigs = append(cfg.PacketConnConfigs, turn.PacketConnConfig{
-			PacketConn: pc, RelayAddressGenerator: in, PermissionHandler: in.permit,
+			PacketConn: &refusingPacketConn{PacketConn: pc, in: in}, RelayAddressGenerator: in, PermissionHandler: in.permit,
 		})
 	}
 	if set.ListenTCP != "" {
@@ -90,7 +90,7 @@ func (p *Plugin) startInstance(set *settings) (_ *instance, err error) {
 		if err != nil {
 			return nil, cerr("listenTCP", "%v", err)
 		}
-		in.tcp = newTrackingListener(l)
+		in.tcp = newTrackingListener(l, in)
 		cfg.ListenerConfigs = append(cfg.ListenerConfigs, turn.ListenerConfig{
 			Listener: in.tcp, RelayAddressGenerator: in, PermissionHandler: in.permit,
 		})
@@ -104,10 +104,22 @@ func (p *Plugin) startInstance(set *settings) (_ *instance, err error) {
 		if err != nil {
 			return nil, cerr("listenTLS", "%v", err)
 		}
-		in.tls = newTrackingListener(tls.NewListener(l, &tls.Config{GetCertificate: cr.GetCertificate, MinVersion: tls.VersionTLS12}))
+		in.tls = newTrackingListener(tls.NewListener(l, &tls.Config{GetCertificate: cr.GetCertificate, MinVersion: tls.VersionTLS12}), in)
 		cfg.ListenerConfigs = append(cfg.ListenerConfigs, turn.ListenerConfig{
 			Listener: in.tls, RelayAddressGenerator: in, PermissionHandler: in.permit,
 		})
+	}
+	// pion/turn falls back to an allow-all permission handler when none is
+	// given: every listener must carry ours.
+	for _, c := range cfg.PacketConnConfigs {
+		if c.PermissionHandler == nil {
+			return nil, errors.New("turnd: a UDP listener without the peer policy")
+		}
+	}
+	for _, c := range cfg.ListenerConfigs {
+		if c.PermissionHandler == nil {
+			return nil, errors.New("turnd: a TCP listener without the peer policy")
+		}
 	}
 	in.server, err = turn.NewServer(cfg)
 	if err != nil {
@@ -205,7 +217,7 @@ func (in *instance) permit(client net.Addr, peer net.IP) bool {
 		return true
 	}
 	in.p.stats.permissionDenies.Add(1)
-	in.p.rl.warn("permission", "TURN permission refused: peer outside the allow list", "peer", peer.String(), "client", client.String())
+	in.p.rl.warnAddrs("permission", "TURN permission refused: peer outside the allow list", []any{"peer", peer.String(), "client", addrOf(client)})
 	return false
 }
 
@@ -237,11 +249,11 @@ func (in *instance) quota(username, _ string, src net.Addr) bool {
 	switch {
 	case mine >= in.set.MaxAllocationsPerUser:
 		in.p.stats.quotaRejects.Add(1)
-		in.p.rl.warn("quota", "TURN allocation refused: per-user quota reached", "user", nameTag(user), "limit", in.set.MaxAllocationsPerUser, "client", src.String())
+		in.p.rl.warnAddrs("quota", "TURN allocation refused: per-user quota reached", []any{"client", addrOf(src)}, "user", nameTag(user), "limit", in.set.MaxAllocationsPerUser)
 		return false
 	case len(in.conns)+len(in.pending) >= in.set.MaxAllocations:
 		in.p.stats.quotaRejects.Add(1)
-		in.p.rl.warn("quota", "TURN allocation refused: total quota reached", "limit", in.set.MaxAllocations, "client", src.String())
+		in.p.rl.warnAddrs("quota", "TURN allocation refused: total quota reached", []any{"client", addrOf(src)}, "limit", in.set.MaxAllocations)
 		return false
 	}
 	in.pending = append(in.pending, pending{user: user, at: now})
@@ -284,7 +296,7 @@ func (in *instance) onAuth(src, dst net.Addr, _, username, _, method string, ver
 	if !verdict {
 		in.p.stats.authFailures.Add(1)
 		_, id, _ := parseUsername(username)
-		in.p.rl.warn("auth", "TURN credential refused: wrong password (HMAC)", "id", id, "method", method, "client", src.String())
+		in.p.rl.warnAddrs("auth", "TURN credential refused: wrong password (HMAC)", []any{"client", addrOf(src)}, "id", id, "method", method)
 		return
 	}
 	in.mu.Lock()
@@ -393,16 +405,18 @@ func (in *instance) urls() []string {
 }
 
 // trackingListener remembers accepted connections so that closing the
-// server also closes them (pion's Server.Close closes only the listener).
+// server also closes them (pion's Server.Close closes only the listener),
+// and hands pion each connection behind the RFC 6062 refusal.
 type trackingListener struct {
 	net.Listener
+	in     *instance
 	mu     sync.Mutex
 	closed bool
 	conns  map[net.Conn]struct{}
 }
 
-func newTrackingListener(l net.Listener) *trackingListener {
-	return &trackingListener{Listener: l, conns: map[net.Conn]struct{}{}}
+func newTrackingListener(l net.Listener, in *instance) *trackingListener {
+	return &trackingListener{Listener: l, in: in, conns: map[net.Conn]struct{}{}}
 }
 
 func (l *trackingListener) Accept() (net.Conn, error) {
@@ -416,7 +430,7 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 		c.Close()
 		return nil, net.ErrClosed
 	}
-	tc := &trackedConn{Conn: c, l: l}
+	tc := &trackedConn{Conn: newRefusingConn(c, l.in), l: l}
 	l.conns[tc] = struct{}{}
 	return tc, nil
 }
