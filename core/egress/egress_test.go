@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tabcast/tabcast/core/egress/egresstest"
 )
 
 // loopbackOnly allows 127.0.0.1 on the one port named, as a policy with
@@ -201,41 +203,13 @@ func TestUpstreamIsAskedForTheAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // a CONNECT-only upstream
-		defer wg.Done()
-		for {
-			c, err := upLn.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				asked = append(asked, req.Method+" "+req.Host)
-				auth = append(auth, req.Header.Get("Proxy-Authorization"))
-				mu.Unlock()
-				t2, err := net.Dial("tcp", req.Host)
-				if err != nil {
-					fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
-					return
-				}
-				defer t2.Close()
-				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\n\r\n")
-				go func() { _, _ = io.Copy(t2, br); t2.Close(); c.Close() }()
-				_, _ = io.Copy(c, t2)
-			}()
-		}
-	}()
-	defer func() { upLn.Close(); wg.Wait() }()
+	stop := egresstest.ServeConnect(upLn, net.DialTimeout, func(method, target, proxyAuth string) {
+		mu.Lock()
+		asked = append(asked, method+" "+target)
+		auth = append(auth, proxyAuth)
+		mu.Unlock()
+	})
+	defer stop()
 
 	up, err := ParseUpstream("http://"+upLn.Addr().String(), writeFile(t, "alice:s3cret\n"))
 	if err != nil {

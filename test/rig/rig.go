@@ -12,7 +12,6 @@
 package rig
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -25,6 +24,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/tabcast/tabcast/core/egress/egresstest"
 	"github.com/tabcast/tabcast/test/netns"
 )
 
@@ -225,49 +225,15 @@ func (r *Rig) serveUDP(t *testing.T, name string, pc net.PacketConn) {
 }
 
 // serveUpstream is a CONNECT-only proxy that records what it is asked and
-// tunnels to it.
+// tunnels to it from inside the namespace.
 func (r *Rig) serveUpstream(t *testing.T, ln net.Listener) {
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done); ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				r.mu.Lock()
-				r.connects = append(r.connects, req.Method+" "+req.Host)
-				r.mu.Unlock()
-				r.hit("upstream", req.Method+" "+req.Host)
-				if req.Method != http.MethodConnect {
-					fmt.Fprint(c, "HTTP/1.1 405 Method Not Allowed\r\n\r\n")
-					return
-				}
-				up, err := r.NS.Dial("tcp", req.Host, 5*time.Second)
-				if err != nil {
-					fmt.Fprint(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
-					return
-				}
-				defer up.Close()
-				fmt.Fprint(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-				go func() { _, _ = io.Copy(up, br); up.Close(); c.Close() }()
-				go func() { <-done; up.Close(); c.Close() }()
-				_, _ = io.Copy(c, up)
-			}()
-		}
-	}()
+	stop := egresstest.ServeConnect(ln, r.NS.Dial, func(method, target, _ string) {
+		r.mu.Lock()
+		r.connects = append(r.connects, method+" "+target)
+		r.mu.Unlock()
+		r.hit("upstream", method+" "+target)
+	})
+	t.Cleanup(stop)
 }
 
 // Rebinding names: rb-<target>-[p<k>-]<anything>.evil.test answers Public
