@@ -75,6 +75,9 @@ type Principal struct {
 	MustChangePassword bool
 	// CSRF is the login's anti-forgery token (MethodCookie only).
 	CSRF string
+	// login is the handle of the panel login (MethodCookie only): not the
+	// cookie, and kept when the cookie rotates. Live connections follow it.
+	login string
 }
 
 // Has reports whether the principal may act within scope.

@@ -55,10 +55,27 @@ type Tokens struct {
 	stamp fileStamp // of the file list was read from
 }
 
+// fileStamp tells whether a file changed since it was read. The inode is
+// in it because writers replace the file by a rename: a new file whose
+// size and mtime (coarse on some file systems) match the old one's is
+// still noticed.
 type fileStamp struct {
 	ok    bool
 	size  int64
 	mtime time.Time
+	ino   uint64
+}
+
+func (a fileStamp) same(b fileStamp) bool {
+	return a.ok && b.ok && a.size == b.size && a.mtime.Equal(b.mtime) && a.ino == b.ino
+}
+
+func stampOf(st os.FileInfo) fileStamp {
+	fs := fileStamp{ok: true, size: st.Size(), mtime: st.ModTime()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		fs.ino = sys.Ino
+	}
+	return fs
 }
 
 // OpenTokens loads the token file; a missing file is an empty set.
@@ -89,24 +106,52 @@ func (t *Tokens) loadLocked() error {
 	if err := json.Unmarshal(b, &list); err != nil {
 		return fmt.Errorf("tokens file %s: %w", t.path, err)
 	}
-	t.list, t.stamp = list, fileStamp{ok: true, size: st.Size(), mtime: st.ModTime()}
+	t.list, t.stamp = list, stampOf(st)
 	return nil
 }
 
-// refreshLocked reloads the file when another process changed it. A file
-// that became unreadable keeps the tokens last read.
-func (t *Tokens) refreshLocked() {
+// refreshLocked reloads the file when another process changed it and
+// reports whether the tokens may have changed. A file that became
+// unreadable keeps the tokens last read.
+func (t *Tokens) refreshLocked() bool {
 	st, err := os.Stat(t.path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && t.stamp.ok {
 			t.list, t.stamp = nil, fileStamp{}
+			return true
 		}
-		return
+		return false
 	}
-	if t.stamp.ok && st.Size() == t.stamp.size && st.ModTime().Equal(t.stamp.mtime) {
-		return
+	if t.stamp.same(stampOf(st)) {
+		return false
 	}
-	_ = t.loadLocked()
+	return t.loadLocked() == nil
+}
+
+// Refresh re-reads the file if another process (`tabcast tokens`) changed
+// it, and reports whether it did.
+func (t *Tokens) Refresh() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.refreshLocked()
+}
+
+// lookup returns the token of id as last read (no reload: the guard
+// refreshes once per round), or why it no longer holds.
+func (t *Tokens) lookup(id string) (TokenInfo, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, info := range t.list {
+		if info.ID != id {
+			continue
+		}
+		if !info.Expires.IsZero() && !t.now().Before(info.Expires) {
+			return TokenInfo{}, ErrTokenExpired
+		}
+		info.Scopes = slices.Clone(info.Scopes)
+		return info, nil
+	}
+	return TokenInfo{}, ErrTokenInvalid
 }
 
 // mutateLocked applies fn to a fresh copy under the file lock and saves.
