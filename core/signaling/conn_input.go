@@ -48,7 +48,7 @@ func (c *conn) onState(ev StateEvent) {
 // is answered with a rejected ack on control and never submitted.
 func (c *conn) onInput(channel string, b []byte) {
 	c.mu.Lock()
-	in, p, ended, connGen := c.input, c.peer, c.inputClosed, c.connGen
+	in, p, ended, denied, connGen := c.input, c.peer, c.inputClosed, c.inputDenied, c.connGen
 	c.mu.Unlock()
 	if p == nil {
 		return // channels exist only once hello made the peer
@@ -56,6 +56,8 @@ func (c *conn) onInput(channel string, b []byte) {
 	e, err := wire.Decode(channel, b)
 	if err == nil {
 		switch {
+		case denied:
+			err = &wire.Error{Code: CodePermissionDenied, Message: "your right to act on this session was withdrawn"}
 		case in == nil || ended:
 			err = &wire.Error{Code: wire.CodeStaleGeneration, Message: "this connection's producer has ended"}
 		default:
@@ -123,6 +125,77 @@ func (c *conn) onChannel(label string, open bool) {
 func (c *conn) onUnhealthy(reason string) {
 	c.sendError(CodeSlowConsumer, "the viewer does not read its control channel")
 	c.endInput("unhealthy: " + reason)
+}
+
+// watchAccess follows the viewer's rights until the connection ends: a
+// viewer that may no longer act loses its producer, one that may no longer
+// watch loses the whole connection. It runs on its own goroutine, owned by
+// run, and stops with c.ctx.
+func (c *conn) watchAccess(a Access) {
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-a.Changed():
+		}
+		if !c.applyAccess(a) {
+			return
+		}
+	}
+}
+
+// applyAccess narrows the connection to what a allows now; false when the
+// connection is ending.
+func (c *conn) applyAccess(a Access) bool {
+	if !a.CanView() {
+		c.withdraw()
+		return false
+	}
+	if !a.CanInput() {
+		c.denyInput()
+	}
+	return true
+}
+
+// denyInput ends the producer for good and refuses what the viewer sends
+// from now on with permission_denied; the video goes on.
+func (c *conn) denyInput() {
+	c.mu.Lock()
+	already := c.inputDenied
+	c.inputDenied = true
+	had := c.input != nil && !c.inputClosed
+	c.mu.Unlock()
+	if already {
+		return
+	}
+	c.endInput("access withdrawn")
+	if had {
+		c.sendError(CodePermissionDenied, "your right to act on this session was withdrawn; you may still watch")
+	}
+}
+
+// withdraw ends the connection because the viewer's access was withdrawn:
+// the producer at once, then the peer (video and DataChannels stop now,
+// not after the close handshake), and the socket with
+// ClosePermissionDenied after an error frame.
+func (c *conn) withdraw() {
+	c.mu.Lock()
+	if c.withdrawn {
+		c.mu.Unlock()
+		return
+	}
+	c.withdrawn, c.inputDenied = true, true
+	p := c.peer
+	c.mu.Unlock()
+	c.log.Info("viewer's access withdrawn; disconnecting it", "user", c.viewer.Name)
+	c.endInput("access withdrawn")
+	c.sendError(CodePermissionDenied, "your access to this session was withdrawn")
+	c.closeWith(ClosePermissionDenied, "access withdrawn")
+	if p != nil {
+		if err := p.Close(); err != nil {
+			c.log.Debug("close peer", "err", err)
+		}
+	}
 }
 
 // endInput closes the producer exactly once, whatever ended it first: the

@@ -68,6 +68,9 @@ const snapshotEvery = 500 * time.Millisecond
 const (
 	// CloseSessionNotFound closes a socket whose session does not exist.
 	CloseSessionNotFound websocket.StatusCode = 4404
+	// ClosePermissionDenied closes a socket whose viewer's access was
+	// withdrawn (error permission_denied comes before it).
+	ClosePermissionDenied websocket.StatusCode = 4403
 )
 
 // Timing of a connection.
@@ -232,6 +235,8 @@ type conn struct {
 	connGen      uint64
 	input        Input       // nil: view-only, or not yet granted
 	inputClosed  bool        // Input.Close was called (or is being called)
+	inputDenied  bool        // the viewer's right to act was withdrawn
+	withdrawn    bool        // the viewer's access was withdrawn: the connection ends
 	stateHeld    []heldState // state events that came before the peer existed
 	inputEndOnce sync.Once
 
@@ -249,10 +254,22 @@ func (c *conn) run() {
 		defer close(writerDone)
 		c.writer()
 	}()
+	accessDone := make(chan struct{})
+	if a := c.viewer.Access; a != nil {
+		// What the viewer may do when it arrives holds before its hello.
+		c.applyAccess(a)
+		go func() {
+			defer close(accessDone)
+			c.watchAccess(a)
+		}()
+	} else {
+		close(accessDone)
+	}
 	start := time.Now()
 	reason := c.serve()
 	c.cancel()
 	<-writerDone
+	<-accessDone
 
 	c.mu.Lock()
 	p, release, codec := c.peer, c.release, c.codec
@@ -430,10 +447,13 @@ func chooseCodec(want string, viewer, source []string) (string, error) {
 
 func (c *conn) hello(m Message) error {
 	c.mu.Lock()
-	ph := c.phase
+	ph, withdrawn, denied := c.phase, c.withdrawn, c.inputDenied
 	c.mu.Unlock()
 	if ph != phaseHello {
 		return protoErr(CodeBadState, "second hello")
+	}
+	if withdrawn {
+		return protoErr(CodePermissionDenied, "your access to this session was withdrawn")
 	}
 	codec, err := chooseCodec(m.Codec, m.Codecs, c.media.Codecs())
 	if err != nil {
@@ -455,7 +475,7 @@ func (c *conn) hello(m Message) error {
 		inputErr string
 	)
 	switch {
-	case m.Interactive && !c.viewer.Input:
+	case m.Interactive && (!c.viewer.Input || denied):
 		inputErr = wire.CodeViewOnly
 	case m.Interactive:
 		in, err = c.media.OpenInput(c.viewer.Name, c.onState)
@@ -489,6 +509,21 @@ func (c *conn) hello(m Message) error {
 		return protoErr(CodeInternal, "could not create the peer")
 	}
 	c.mu.Lock()
+	if c.withdrawn {
+		// Withdrawn while the peer was being made: it never serves.
+		c.mu.Unlock()
+		if in != nil {
+			in.Close()
+		}
+		_ = p.Close()
+		release()
+		return protoErr(CodePermissionDenied, "your access to this session was withdrawn")
+	}
+	var late Input
+	if in != nil && c.inputClosed {
+		// The input was withdrawn while it was being opened.
+		late, in, inputErr = in, nil, CodePermissionDenied
+	}
 	c.peer, c.release, c.codec, c.phase = p, release, codec, phaseOffered
 	c.connGen, c.input = connGen, in
 	c.peerStart = time.Now()
@@ -501,6 +536,9 @@ func (c *conn) hello(m Message) error {
 	// reassigned, and the peer id goes on this connection's lines here.
 	log := c.log.With("peer", p.ID())
 	c.mu.Unlock()
+	if late != nil {
+		late.Close()
+	}
 	log.Info("viewer connected", "codec", codec, "interactive", in != nil)
 	go c.watchSession(c.media.Done())
 	welcome := welcomeMsg{Type: TypeWelcome, SessionID: c.sessionID, PeerID: p.ID(), Codec: codec,

@@ -214,6 +214,8 @@ type env struct {
 	mux     *http.ServeMux
 	opts    signaling.Options
 	current atomic.Pointer[signaling.Handler]
+	// viewer, when set, is who the HTTP layer says is connecting.
+	viewer atomic.Pointer[signaling.Viewer]
 }
 
 // restartHandler closes the handler (every socket gets 1001) and serves
@@ -251,6 +253,9 @@ func newEnv(t *testing.T, codecs ...string) *env {
 	e.current.Store(h)
 	// Through a pointer, so a test can replace the handler (restart).
 	mux.Handle("GET /api/v1/sessions/{id}/signal", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := e.viewer.Load(); v != nil {
+			r = r.WithContext(signaling.WithViewer(r.Context(), *v))
+		}
 		e.current.Load().ServeHTTP(w, r)
 	}))
 	e.srv = httptest.NewServer(mux)

@@ -52,6 +52,23 @@ type Viewer struct {
 	// Input: the viewer may act on the page; otherwise it only watches,
 	// even if its hello asks to be interactive.
 	Input bool
+	// Access follows what the viewer may do while it stays connected (the
+	// HTTP layer's core/access.Grant); nil: Input holds for the whole
+	// connection.
+	Access Access
+}
+
+// Access is what a connected viewer may still do. Rights only shrink while
+// it is connected.
+type Access interface {
+	// Changed receives (it is never closed) after the rights shrank.
+	Changed() <-chan struct{}
+	// CanView: the viewer may still watch. When false the connection ends
+	// at once: peer, DataChannels and socket.
+	CanView() bool
+	// CanInput: the viewer may still act. When false its producer ends and
+	// what it sends is refused with permission_denied; it watches on.
+	CanInput() bool
 }
 
 type viewerKey struct{}

@@ -55,6 +55,12 @@ const (
 	CodeSlowConsumer      = "slow_consumer"
 	CodeInternal          = "internal"
 	CodeShuttingDown      = "shutting_down"
+	// CodePermissionDenied: the viewer's access was withdrawn while it was
+	// connected (token revoked, user deleted, password changed, invitation
+	// withdrawn: the socket then closes with ClosePermissionDenied) or
+	// narrowed (role changed: it watches on, its input is refused). Rejected
+	// input acks carry the same code.
+	CodePermissionDenied = "permission_denied"
 )
 
 // Size limits of client messages.
