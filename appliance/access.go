@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/core/access"
@@ -33,6 +40,7 @@ type gate struct {
 	tlsConf *tls.Config        // nil when serving plain HTTP
 	certFP  string             // SHA-256 fingerprint of the served certificate
 	spki    []byte             // SHA-256 of its public key, for Chromium's trust flag
+	cert    *certs.Reloader    // the served certificate; nil over plain HTTP
 }
 
 // tlsWanted applies server.tls: auto means HTTPS unless the listen host is
@@ -59,7 +67,7 @@ func agentTokenFile(cfg *config.Config) string {
 // openGate prepares auth (plugin, tokens, logins, audit) and TLS. It prints
 // first-start facts (the one-time admin password, the certificate's
 // fingerprint) on stdout, the console, and never in the log.
-func openGate(ctx context.Context, cfg *config.Config, sup *supervisor.Supervisor, dir string, stdout io.Writer, log interface{ Info(string, ...any) }) (*gate, error) {
+func openGate(ctx context.Context, cfg *config.Config, sup *supervisor.Supervisor, dir string, stdout io.Writer, log *slog.Logger) (*gate, error) {
 	started := time.Now()
 	if err := os.MkdirAll(cfg.Server.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("server.dataDir: %w", err)
@@ -99,12 +107,62 @@ func openGate(ctx context.Context, cfg *config.Config, sup *supervisor.Superviso
 		}
 		printInitialPassword(cfg, started, stdout)
 	}
+	g.openGuard(ctx, cfg, log)
 	if tlsWanted(cfg) {
 		if err := g.openTLS(cfg, stdout); err != nil {
+			g.close() // the guard's goroutine and the audit log
 			return nil, err
 		}
 	}
 	return g, nil
+}
+
+// openGuard starts the guard that ends live connections when access is
+// withdrawn. With auth-local it reads the users file itself (the CLI
+// changes it in another process), so that a user deleted, a password set
+// or a role changed reaches the running appliance within a poll interval.
+func (g *gate) openGuard(ctx context.Context, cfg *config.Config, log *slog.Logger) {
+	o := access.GuardOptions{Tokens: g.opts.Tokens, Logins: g.opts.Logins, Logger: log.With("component", "access")}
+	if !g.opts.None && cfg.Auth.Plugin == "auth-local" {
+		if usersFile, _ := cfg.AuthLocalFiles(); usersFile != "" {
+			o.Directory = access.NewFileDirectory(usersFile, parseAuthLocalUsers)
+		}
+	}
+	g.opts.Guard = access.NewGuard(o)
+	g.opts.Guard.Start(ctx)
+	if o.Directory != nil && !g.opts.Guard.HasUser(cfg.Sessions.DefaultOwner) {
+		log.Warn("sessions.defaultOwner is not a user: the agent CLI token acts as it and is refused", "owner", cfg.Sessions.DefaultOwner)
+	}
+}
+
+// parseAuthLocalUsers reads auth-local's users file (auth-local/users owns
+// the format: a YAML list of name, role, hash, must_change, updated). Only
+// what access needs is kept: the role, and a fingerprint of the hash and
+// its time as the credential, so a password set or reset is seen without
+// the core holding the hash. Unknown fields are ignored (a newer plugin);
+// a user with a role the core does not know holds no rights.
+func parseAuthLocalUsers(b []byte) (map[string]access.UserRecord, error) {
+	var f struct {
+		Users []struct {
+			Name    string    `yaml:"name"`
+			Role    string    `yaml:"role"`
+			Hash    string    `yaml:"hash"`
+			Updated time.Time `yaml:"updated"`
+		} `yaml:"users"`
+	}
+	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	out := make(map[string]access.UserRecord, len(f.Users))
+	for _, u := range f.Users {
+		role, ok := access.ParseRole(u.Role)
+		if u.Name == "" || !ok {
+			continue
+		}
+		h := sha256.Sum256([]byte(u.Hash + "\x00" + u.Updated.UTC().Format(time.RFC3339Nano)))
+		out[u.Name] = access.UserRecord{Role: role, Credential: hex.EncodeToString(h[:12])}
+	}
+	return out, nil
 }
 
 // printInitialPassword shows the admin password the auth plugin made at
@@ -174,6 +232,7 @@ func (g *gate) openTLS(cfg *config.Config, stdout io.Writer) error {
 		return fmt.Errorf("server.certFile: %w", err)
 	}
 	leaf := r.Leaf()
+	g.cert = r
 	g.certFP, g.spki = certs.Fingerprint(leaf.Raw), certs.SPKIHash(leaf)
 	fmt.Fprintf(stdout, "TLS certificate SHA-256 fingerprint: %s\n", g.certFP)
 	g.tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
@@ -181,17 +240,44 @@ func (g *gate) openTLS(cfg *config.Config, stdout io.Writer) error {
 	return nil
 }
 
-// redirector answers plain HTTP with a redirect to the HTTPS port.
-func redirector(httpsPort string) http.Handler {
+// certNames are the names the served certificate holds: the names the
+// appliance is configured to answer to over HTTPS.
+func (g *gate) certNames() []string {
+	if g == nil || g.cert == nil {
+		return nil
+	}
+	leaf := g.cert.Leaf()
+	if leaf == nil {
+		return nil
+	}
+	names := append([]string{}, leaf.DNSNames...)
+	for _, ip := range leaf.IPAddresses {
+		names = append(names, ip.String())
+	}
+	return names
+}
+
+// redirector answers plain HTTP with a redirect to the HTTPS port. The
+// Location names a host of names (the certificate's): the request's Host
+// when it is one of them, else the first that is not loopback. A Host the
+// box does not answer to never reaches the Location (it would make the
+// listener an open redirect and a cache-poisoning tool).
+func redirector(names func() []string, httpsPort string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := r.Host
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
 		}
-		if strings.Contains(host, ":") {
-			host = "[" + host + "]"
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		target := pickRedirectHost(names(), host)
+		if target == "" {
+			http.Error(w, "this listener only redirects to HTTPS, and the appliance has no name to redirect to", http.StatusMisdirectedRequest)
+			return
 		}
-		target := "https://" + host
+		if strings.Contains(target, ":") {
+			target = "[" + target + "]"
+		}
+		target = "https://" + target
 		if httpsPort != "443" {
 			target += ":" + httpsPort
 		}
@@ -199,8 +285,39 @@ func redirector(httpsPort string) http.Handler {
 	})
 }
 
+// pickRedirectHost is host when names holds it (any case), else the first
+// name that is not loopback (a DNS name before an address), else the
+// first name.
+func pickRedirectHost(names []string, host string) string {
+	for _, n := range names {
+		if strings.EqualFold(n, host) {
+			return n
+		}
+	}
+	loopback := func(n string) bool {
+		if ip := net.ParseIP(n); ip != nil {
+			return ip.IsLoopback()
+		}
+		return strings.EqualFold(n, "localhost")
+	}
+	for _, dns := range []bool{true, false} {
+		for _, n := range names {
+			if !loopback(n) && (net.ParseIP(n) == nil) == dns {
+				return n
+			}
+		}
+	}
+	if len(names) > 0 {
+		return names[0]
+	}
+	return ""
+}
+
 func (g *gate) close() {
 	if g != nil {
+		if g.opts.Guard != nil {
+			g.opts.Guard.Close()
+		}
 		_ = g.opts.Audit.Close()
 	}
 }

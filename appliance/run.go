@@ -318,7 +318,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			_ = srv.Close()
 			return fmt.Errorf("listen on %s (server.redirectListen): %w", cfg.Server.RedirectListen, err)
 		}
-		redirect = &http.Server{Handler: redirector(strconv.Itoa(self.Port)), ReadHeaderTimeout: 10 * time.Second,
+		redirect = &http.Server{Handler: redirector(a.gate.certNames, strconv.Itoa(self.Port)), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 		go func() { srvErr <- redirect.Serve(rln) }()
 	}

@@ -19,8 +19,22 @@ import (
 // userName is the form of a user name in API paths and bodies.
 var userName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 
-func (a *api) listTokens(w http.ResponseWriter, r *http.Request) {
+// tokensOn writes the refusal of a token call when there are no tokens
+// (auth.mode none: every caller is the local admin already).
+func (a *api) tokensOn(w http.ResponseWriter, r *http.Request) bool {
 	if !require(w, r, access.ScopeAdmin) {
+		return false
+	}
+	if a.o.Auth.Tokens == nil {
+		writeError(w, http.StatusConflict, APIError{Code: CodeAuthDisabled, Message: "API tokens need authentication, and auth.mode is none",
+			Hint: "set auth.mode: local to use tokens"})
+		return false
+	}
+	return true
+}
+
+func (a *api) listTokens(w http.ResponseWriter, r *http.Request) {
+	if !a.tokensOn(w, r) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "tokens": a.o.Auth.Tokens.List()})
@@ -36,7 +50,7 @@ type tokenRequest struct {
 }
 
 func (a *api) createToken(w http.ResponseWriter, r *http.Request) {
-	if !require(w, r, access.ScopeAdmin) {
+	if !a.tokensOn(w, r) {
 		return
 	}
 	var req tokenRequest
@@ -48,6 +62,11 @@ func (a *api) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	if !userName.MatchString(req.User) {
 		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "user: want 1..64 of A-Z a-z 0-9 . _ @ -"})
+		return
+	}
+	if !a.o.Auth.Guard.HasUser(req.User) {
+		// A token acts as a user: one for nobody would not work.
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "user: no such user", Hint: "add the user first (`tabcast users add`)"})
 		return
 	}
 	role, ok := access.ParseRole(req.Role)
@@ -78,7 +97,7 @@ func (a *api) createToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) revokeToken(w http.ResponseWriter, r *http.Request) {
-	if !require(w, r, access.ScopeAdmin) {
+	if !a.tokensOn(w, r) {
 		return
 	}
 	info, ok, err := a.o.Auth.Tokens.Revoke(r.PathValue("id"))
@@ -90,6 +109,8 @@ func (a *api) revokeToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such token"})
 		return
 	}
+	// What the token opened (viewers, agent calls) ends before the answer.
+	a.o.Auth.Guard.Recheck()
 	a.audit(r, audit.Record{Action: "token.revoke", Outcome: audit.OK, Detail: "token " + info.ID})
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
@@ -145,6 +166,8 @@ func (a *api) uninvite(w http.ResponseWriter, r *http.Request) {
 	}
 	user := r.PathValue("user")
 	s.Uninvite(user)
+	// The uninvited viewer's socket and peer end before the answer.
+	a.o.Auth.Guard.Recheck()
 	a.audit(r, audit.Record{Action: "session.uninvite", Session: audit.HashSession(s.ID()), Outcome: audit.OK, Detail: "viewer " + user})
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
 }
@@ -256,15 +279,32 @@ func (a *api) download(w http.ResponseWriter, r *http.Request) {
 	http.ServeContent(w, r, "", st.ModTime(), f)
 }
 
+// sessionLevel is what a principal may do on s as it stands now: the rule
+// of visible and operable, re-checked by the guard on every change.
+func sessionLevel(s *session.Session) func(access.Principal) access.Level {
+	return func(p access.Principal) access.Level {
+		switch {
+		case !p.CanSee(s.Owner(), s.Invited(p.User)):
+			return access.LevelNone
+		case p.CanOperate(s.Owner()):
+			return access.LevelOperate
+		}
+		return access.LevelView
+	}
+}
+
 // signal admits a viewer to the signaling socket of a session they may see;
-// only those who may operate it get an input producer.
+// only those who may operate it get an input producer. The socket holds a
+// grant: when access is withdrawn it ends (or loses its input) at once.
 func (a *api) signal(w http.ResponseWriter, r *http.Request) {
 	s, ok := a.visible(w, r)
 	if !ok {
 		return
 	}
 	p := principal(r)
-	ctx := signaling.WithViewer(r.Context(), signaling.Viewer{Name: p.User, Input: p.CanOperate(s.Owner())})
+	gr := a.o.Auth.Guard.Hold("signaling", p, access.LevelView, sessionLevel(s))
+	defer gr.Release()
+	ctx := signaling.WithViewer(r.Context(), signaling.Viewer{Name: p.User, Input: gr.CanInput(), Access: gr})
 	sid := audit.HashSession(s.ID())
 	a.audit(r, audit.Record{Action: "session.attach", Session: sid, Outcome: audit.OK})
 	a.o.Signal.ServeHTTP(w, r.WithContext(ctx))

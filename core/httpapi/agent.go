@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 
+	"github.com/tabcast/tabcast/core/access"
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/audit"
@@ -49,7 +50,19 @@ func (a *api) agentCommand(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	res, err := a.o.Agent.Do(r.Context(), s, principal(r).User, req)
+	// A command in flight (a wait, a request for a person) stops when the
+	// caller's access is withdrawn.
+	gr := a.o.Auth.Guard.Hold("agent", principal(r), access.LevelOperate, sessionLevel(s))
+	defer gr.Release()
+	ctx, cancel := gr.Bind(r.Context())
+	defer cancel()
+	res, err := a.o.Agent.Do(ctx, s, principal(r).User, req)
+	if gr.Withdrawn() {
+		// Whatever the command returned (a wait ends with a result), the
+		// caller no longer holds the right to it.
+		writeError(w, http.StatusForbidden, APIError{Code: CodePermissionDenied, Message: "access withdrawn while the command ran; it may have taken effect"})
+		return
+	}
 	if err != nil {
 		e := agent.AsError(err)
 		status := agentStatus(e.Code)

@@ -27,6 +27,12 @@ const (
 	CodePasswordChangeRequired = "password_change_required"
 	CodeWeakPassword           = "weak_password"
 	CodeAuthUnavailable        = "auth_unavailable"
+	// CodeHostDenied: with auth.mode none, a request that names a host
+	// other than the loopback one it serves (DNS rebinding).
+	CodeHostDenied = "host_denied"
+	// CodeAuthDisabled: the call needs authentication, which auth.mode
+	// none turned off (tokens).
+	CodeAuthDisabled = "auth_disabled"
 )
 
 // CookieName is the panel's login cookie.
@@ -46,6 +52,10 @@ type AuthOptions struct {
 	Audit  *audit.Log
 	// LoginMax is the cookie's Max-Age (the login's absolute expiry).
 	LoginMax time.Duration
+	// Guard holds the live connections and ends them when access is
+	// withdrawn; nil: New makes one over Tokens and Logins (it then sees
+	// other processes' changes at each request only).
+	Guard *access.Guard
 }
 
 // localPrincipal is the caller when authentication is off.
@@ -73,6 +83,10 @@ func (a *api) authenticate(w http.ResponseWriter, r *http.Request) (access.Princ
 	if o.None {
 		return localPrincipal, true
 	}
+	// What other processes changed (a token revoked, a user deleted or
+	// their password set on the CLI) counts from this request on, not from
+	// the guard's next round.
+	o.Guard.Refresh()
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok {
@@ -80,6 +94,10 @@ func (a *api) authenticate(w http.ResponseWriter, r *http.Request) (access.Princ
 			return access.Principal{}, false
 		}
 		p, err := o.Tokens.Verify(strings.TrimSpace(tok))
+		if err == nil {
+			// The token's user must still exist, with its current role.
+			p, err = o.Guard.Current(p)
+		}
 		if err != nil {
 			msg := "invalid token"
 			if errors.Is(err, access.ErrTokenExpired) {
@@ -96,6 +114,11 @@ func (a *api) authenticate(w http.ResponseWriter, r *http.Request) (access.Princ
 		return access.Principal{}, false
 	}
 	p, ok := o.Logins.Lookup(c.Value)
+	if ok {
+		var err error
+		p, err = o.Guard.Current(p)
+		ok = err == nil
+	}
 	if !ok {
 		clearCookie(w, o.Secure)
 		writeError(w, http.StatusUnauthorized, APIError{Code: CodePermissionDenied, Message: "the login expired or is not valid", Hint: "log in again"})
@@ -122,24 +145,75 @@ func unsafeMethod(m string) bool {
 }
 
 // sameOrigin: a browser's Origin (sent on POSTs and WebSocket upgrades)
-// must name this host. No Origin means a same-origin GET or a non-browser
-// client, which cannot ride on a victim's cookie.
+// must be this server's: same scheme, host and port. No Origin means a
+// same-origin GET or a non-browser client, which cannot ride on a
+// victim's cookie.
 func sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
 		return !strings.EqualFold(r.Header.Get("Sec-Fetch-Site"), "cross-site")
 	}
 	u, err := url.Parse(o)
-	if err != nil || u.Host == "" {
+	if err != nil || u.Host == "" || u.Path != "" || u.User != nil {
 		return false
 	}
-	return strings.EqualFold(u.Host, r.Host)
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if !strings.EqualFold(u.Scheme, scheme) {
+		return false
+	}
+	oh, op := splitHostPort(u.Host, scheme)
+	rh, rp := splitHostPort(r.Host, scheme)
+	return oh != "" && strings.EqualFold(oh, rh) && op == rp
+}
+
+// splitHostPort splits a Host header or an origin's host into a host (no
+// brackets) and a port, the scheme's default when none is written.
+func splitHostPort(hostport, scheme string) (host, port string) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host, port = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]"), ""
+	}
+	if port == "" {
+		port = "80"
+		if scheme == "https" {
+			port = "443"
+		}
+	}
+	return host, port
+}
+
+// localRequest is the check of auth.mode none, where every caller is the
+// admin: the request must name a loopback host (a page on a rebinding DNS
+// name that resolves to 127.0.0.1 names its own host) and, from a browser,
+// come from this origin. ok is false when it has written the refusal.
+func localRequest(w http.ResponseWriter, r *http.Request) bool {
+	host, _ := splitHostPort(r.Host, "http")
+	ip := net.ParseIP(host)
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if !(ip != nil && ip.IsLoopback()) && h != "localhost" && !strings.HasSuffix(h, ".localhost") {
+		writeError(w, http.StatusForbidden, APIError{Code: CodeHostDenied, Message: "with auth.mode none the appliance answers only to a loopback host name or address",
+			Hint: "open it as http://127.0.0.1:PORT or http://localhost:PORT"})
+		return false
+	}
+	if !sameOrigin(r) {
+		writeError(w, http.StatusForbidden, APIError{Code: CodeOriginDenied, Message: "request from another origin"})
+		return false
+	}
+	return true
 }
 
 // withAuth guards every non-public path and puts the principal in the
 // request context.
 func (a *api) withAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Without authentication, the host check is all that keeps a web
+		// page from driving the appliance: it covers every path.
+		if a.o.Auth.None && !localRequest(w, r) {
+			return
+		}
 		if publicPath(r) {
 			next.ServeHTTP(w, r)
 			return
@@ -229,6 +303,9 @@ func (a *api) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := access.Principal{User: res.UserID, Role: role, MustChangePassword: res.MustChangePassword}
+	// The login remembers the user's password as the directory has it
+	// now: a password set just before must not end it at the next round.
+	o.Guard.Refresh()
 	cookie, _ := o.Logins.Create(p)
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: cookie, Path: "/", HttpOnly: true, Secure: o.Secure,
@@ -276,6 +353,8 @@ func (a *api) callAuth(w http.ResponseWriter, r *http.Request, fn func(context.C
 func (a *api) logout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(CookieName); err == nil && a.o.Auth.Logins != nil {
 		a.o.Auth.Logins.Revoke(c.Value)
+		// What the login had open (viewers, agent calls) ends with it.
+		a.o.Auth.Guard.Recheck()
 	}
 	clearCookie(w, a.o.Auth.Secure)
 	a.audit(r, audit.Record{Action: "logout", Outcome: audit.OK})
@@ -326,6 +405,16 @@ func (a *api) changePassword(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "oldPassword and newPassword are required"})
 		return
 	}
+	c, err := r.Cookie(CookieName)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, APIError{Code: CodePermissionDenied, Message: "log in first"})
+		return
+	}
+	o := a.o.Auth
+	// The guard is about to read the new password from the directory,
+	// which ends the user's logins: not this one.
+	done := o.Guard.KeepLogin(p)
+	defer done()
 	res, ok := a.callAuth(w, r, func(ctx context.Context, pl auth.Authenticator) (auth.Result, error) {
 		return pl.ChangePassword(ctx, auth.ChangeRequest{Username: p.User, OldPassword: []byte(req.Old), NewPassword: []byte(req.New), SourceIP: sourceIP(r)})
 	})
@@ -336,16 +425,24 @@ func (a *api) changePassword(w http.ResponseWriter, r *http.Request) {
 		a.refuseLogin(w, r, res, "password.change")
 		return
 	}
-	// Every other login of the user ends; this one continues, unlocked.
-	o := a.o.Auth
-	o.Logins.RevokeUser(p.User)
-	p.MustChangePassword = false
-	cookie, _ := o.Logins.Create(p)
+	// Every other login of the user ends, with its live connections (also
+	// without a directory that shows the change); this one continues,
+	// unlocked, under a new cookie (the old value stops working).
+	o.Guard.Refresh()
+	cookie, np, rotated := o.Logins.Rotate(c.Value, func(p *access.Principal) { p.MustChangePassword = false })
+	o.Logins.RevokeOthers(p)
+	o.Guard.Recheck()
+	if !rotated {
+		// Ended meanwhile (logged out, expired): the password is changed.
+		clearCookie(w, o.Secure)
+		a.audit(r, audit.Record{Action: "password.change", Outcome: audit.OK})
+		writeError(w, http.StatusUnauthorized, APIError{Code: CodePermissionDenied, Message: "password changed; log in again"})
+		return
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: cookie, Path: "/", HttpOnly: true, Secure: o.Secure,
 		SameSite: http.SameSiteStrictMode, MaxAge: int(o.LoginMax / time.Second),
 	})
-	p, _ = o.Logins.Lookup(cookie)
 	a.audit(r, audit.Record{Action: "password.change", Outcome: audit.OK})
-	writeJSON(w, http.StatusOK, a.me(p))
+	writeJSON(w, http.StatusOK, a.me(np))
 }

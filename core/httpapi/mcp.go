@@ -71,9 +71,21 @@ func (b mcpBackend) Agent(ctx context.Context, id string, req agent.Request) (*a
 	if err != nil {
 		return nil, err
 	}
+	// A command in flight stops when the caller may no longer operate the
+	// session (token revoked, user deleted, role lowered).
+	gr := b.a.o.Auth.Guard.Hold("mcp agent", b.p, access.LevelOperate, sessionLevel(s))
+	defer gr.Release()
+	ctx, cancel := gr.Bind(ctx)
+	defer cancel()
 	// The principal rides on ctx for commands that check scopes (eval),
 	// whatever context the MCP SDK hands its tool handlers.
-	return b.a.o.Agent.Do(access.WithPrincipal(ctx, b.p), s, b.p.User, req)
+	res, err := b.a.o.Agent.Do(access.WithPrincipal(ctx, b.p), s, b.p.User, req)
+	if gr.Withdrawn() {
+		// Whatever the command returned (a wait ends with a result), the
+		// caller no longer holds the right to it.
+		return nil, &agent.Error{Code: CodePermissionDenied, Message: "access withdrawn while the command ran; it may have taken effect"}
+	}
+	return res, err
 }
 
 func (b mcpBackend) RequestHuman(ctx context.Context, id, reason string, timeout time.Duration) (mcp.HumanResult, error) {
@@ -85,7 +97,11 @@ func (b mcpBackend) RequestHuman(ctx context.Context, id, reason string, timeout
 }
 
 // mcpHandler serves MCP over streamable HTTP at /mcp for the authenticated
-// caller (withAuth ran before it).
+// caller (withAuth ran before it). The handler is stateless: each request
+// is authenticated afresh, so a withdrawn token or login gets no further
+// request in; a call in flight holds a grant (Agent) and ends with a
+// permission_denied tool error when access is withdrawn, the client's
+// connection kept.
 func (a *api) mcpHandler() http.Handler {
 	return mcp.HTTPHandler(func(r *http.Request) (mcp.Backend, error) {
 		p, ok := access.FromContext(r.Context())

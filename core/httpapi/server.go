@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -61,6 +62,9 @@ type Options struct {
 func New(o Options) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Auth.Guard == nil {
+		o.Auth.Guard = access.NewGuard(access.GuardOptions{Tokens: o.Auth.Tokens, Logins: o.Auth.Logins, Logger: o.Logger})
 	}
 	a := &api{o: o}
 	mux := http.NewServeMux()
@@ -116,16 +120,49 @@ func New(o Options) http.Handler {
 			files.ServeHTTP(w, r)
 		})))
 	}
-	return securityHeaders(a.withAuth(mux))
+	return securityHeaders(a.recoverPanics(a.withAuth(mux)))
 }
 
+// hstsMaxAge is how long a browser that met the appliance over HTTPS
+// (with a certificate it trusts) keeps to HTTPS: half a year, long enough
+// to defeat a downgrade on the LAN, short enough that an appliance turned
+// back to plain HTTP (server.tls: off) is reachable again in time. No
+// includeSubDomains: the appliance does not speak for its domain.
+const hstsMaxAge = "15552000"
+
 // securityHeaders apply to every response: nothing of the appliance may be
-// framed, sniffed or leak its URLs through Referer.
+// framed, sniffed or leak its URLs through Referer; over HTTPS, browsers
+// are told to stay on HTTPS.
 func securityHeaders(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Frame-Options", "DENY")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Referrer-Policy", "no-referrer")
+		if r.TLS != nil {
+			w.Header().Set("Strict-Transport-Security", "max-age="+hstsMaxAge)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// recoverPanics turns a handler's panic into a 500 with a stable code and
+// an error in the log (net/http would log it only at the server's debug
+// level and drop the connection). http.ErrAbortHandler is the handlers'
+// own way to abort and passes through.
+func (a *api) recoverPanics(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			a.o.Logger.Error("handler panic", "path", r.URL.Path, "method", r.Method, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			// The headers may be out already; then this write fails quietly.
+			writeError(w, http.StatusInternalServerError, APIError{Code: CodeInternal, Message: "internal error", Hint: "see the appliance log", Recoverable: true})
+		}()
 		h.ServeHTTP(w, r)
 	})
 }

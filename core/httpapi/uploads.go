@@ -32,6 +32,12 @@ func (a *api) putUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
+	if hasBidiControl(name) {
+		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument,
+			Message: "name: bidirectional control characters (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C) are not allowed",
+			Hint:    "they make a name read differently from what it is (\"exe.pdf\" that is a .exe)"})
+		return
+	}
 	if err := agent.CheckUploadName(name); err != nil {
 		a.uploadFailed(w, r, err)
 		return
@@ -59,4 +65,19 @@ func (a *api) uploadFailed(w http.ResponseWriter, r *http.Request, err error) {
 		a.o.Logger.Warn("upload failed", "code", e.Code, "err", err)
 	}
 	writeError(w, status, APIError{Code: e.Code, Message: e.Message, Hint: e.Hint, Recoverable: e.Recoverable})
+}
+
+// hasBidiControl reports whether s holds a character that reorders the
+// text around it: embeddings and overrides (U+202A–U+202E), isolates
+// (U+2066–U+2069) and the marks (U+200E, U+200F, U+061C). A name with one
+// shows a different extension than it has. They are format characters,
+// not controls, so the control check of upload names lets them through.
+func hasBidiControl(s string) bool {
+	for _, c := range s {
+		switch {
+		case c >= 0x202A && c <= 0x202E, c >= 0x2066 && c <= 0x2069, c == 0x200E, c == 0x200F, c == 0x061C:
+			return true
+		}
+	}
+	return false
 }
