@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -178,6 +179,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		viewer:    viewerFrom(r.Context()),
 		out:       make(chan outFrame, queueSize),
 	}
+	// Where the viewer is: the ICE filter lets a viewer on the box name
+	// loopback candidates, and no one else (core/peer).
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		c.viewerAddr = ap.Addr().Unmap()
+	}
 	c.log = h.log.With("session", c.sessionID)
 	c.run()
 }
@@ -206,12 +212,15 @@ type conn struct {
 	ws        *websocket.Conn
 	sessionID string
 	viewer    Viewer
-	revokeICE func() // ends this peer's TURN credentials
-	restarted bool   // the one ICE restart was tried
-	iceGen    uint64 // generation of the relay credentials (connGen, then +1 per restart)
-	restarts  atomic.Int32
-	log       *slog.Logger
-	out       chan outFrame
+	// viewerAddr is the signaling connection's remote address (invalid
+	// when it cannot be parsed: the peer then treats the viewer as remote).
+	viewerAddr netip.Addr
+	revokeICE  func() // ends this peer's TURN credentials
+	restarted  bool   // the one ICE restart was tried
+	iceGen     uint64 // generation of the relay credentials (connGen, then +1 per restart)
+	restarts   atomic.Int32
+	log        *slog.Logger
+	out        chan outFrame
 
 	ctx    context.Context // canceled when the connection is cleaned up
 	cancel context.CancelFunc
@@ -499,6 +508,7 @@ func (c *conn) hello(m Message) error {
 		OnPointer:         func(b []byte) { c.onInput(wire.ChannelPointer, b) },
 		OnChannel:         c.onChannel,
 		OnUnhealthy:       c.onUnhealthy,
+		ViewerAddr:        c.viewerAddr,
 	})
 	if err != nil {
 		if in != nil {
