@@ -163,15 +163,18 @@ func (b *Browser) watch() {
 	default:
 		b.err = fmt.Errorf("chromium exited unexpectedly: %w%s", exitReason(b.proc.waitErr), tailSuffix(b.proc))
 		b.log.Error("chromium exited unexpectedly", "err", b.proc.waitErr)
+	}
+	close(b.done)
+	if !errors.Is(b.err, ErrClosed) {
 		// Nothing of the crashed browser uses its temp profile any more:
 		// remove it now rather than at Close, which an owner may call
-		// late or, for a browser it only watched, never. (A persistent
-		// profile lives outside rootDir and is kept.)
+		// late or, for a browser it only watched, never. After Done, not
+		// before: that waits for nobody. (A persistent profile lives
+		// outside rootDir and is kept.)
 		if err := removeAll(b.rootDir); err != nil {
 			b.log.Warn("remove the crashed browser's profile", "err", err)
 		}
 	}
-	close(b.done)
 }
 
 func exitReason(err error) error {

@@ -271,8 +271,17 @@ func TestCrashDetection(t *testing.T) {
 	} else {
 		t.Logf("Err: %.200s", err)
 	}
-	// The renderers and zygotes go with it.
+	// The renderers and zygotes go with it, and the profile with them,
+	// without waiting for Close.
 	waitGone(t, pid, dir, 3*time.Second)
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			break
+		} else if time.Since(start) > 2*time.Second {
+			t.Errorf("user-data-dir %s still there 2 s after the crash (before Close): %v", dir, err)
+			break
+		}
+	}
 	if err := p.Evaluate(ctx, "1", nil); err == nil {
 		t.Error("Evaluate on a dead browser: no error")
 	}
@@ -499,5 +508,148 @@ func TestParseActivePort(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("parseActivePort(%q) = %q, %v", in, got, ok)
 		}
+	}
+}
+
+// crashWatch records the targets WatchPages reports crashed.
+type crashWatch struct {
+	ch chan TargetEvent
+}
+
+func watchCrashes(t *testing.T, b *Browser) *crashWatch {
+	t.Helper()
+	w := &crashWatch{ch: make(chan TargetEvent, 16)}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stop, err := b.WatchPages(ctx, func(ev TargetEvent) {
+		if ev.Crashed {
+			select {
+			case w.ch <- ev:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return w
+}
+
+func (w *crashWatch) wait(t *testing.T, id string, d time.Duration) TargetEvent {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case ev := <-w.ch:
+			if ev.TargetID == id {
+				return ev
+			}
+		case <-deadline:
+			t.Fatalf("no Target.targetCrashed for %s within %v", id, d)
+		}
+	}
+}
+
+// A crashed renderer is reported by WatchPages, its page stops answering,
+// and Reload brings the same target back with a new renderer.
+func TestRendererCrashAndReload(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	b := launch(t)
+	defer b.Close()
+	w := watchCrashes(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := b.NewPage(ctx, PageOptions{URL: "data:text/html,<title>before</title>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Evaluate(ctx, "document.title = 'changed'", nil); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := p.CrashRenderer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ev := w.wait(t, p.TargetID(), 3*time.Second)
+	t.Logf("Target.targetCrashed after %v, status %q", time.Since(start).Round(time.Millisecond), ev.Status)
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	err = p.Ping(pctx)
+	pcancel()
+	if err == nil {
+		t.Fatal("Ping of a crashed page answered")
+	}
+	t.Logf("Ping of the crashed page: %.120v", err)
+
+	start = time.Now()
+	if err := p.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var title string
+	for {
+		err := p.Evaluate(ctx, "document.title", &title)
+		if err == nil && title == "before" {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("after Reload: title %q, %v", title, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("page back %v after Reload", time.Since(start).Round(time.Millisecond))
+	if err := p.Close(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// A script that never yields leaves Ping unanswered; CrashRenderer ends
+// that renderer although its main thread never runs again, and the page
+// comes back with Reload.
+func TestHungRendererCrashed(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	b := launch(t)
+	defer b.Close()
+	w := watchCrashes(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := b.NewPage(ctx, PageOptions{URL: "data:text/html,<title>hang</title>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Ping(ctx); err != nil {
+		t.Fatalf("Ping of a live page: %v", err)
+	}
+	if err := p.Evaluate(ctx, "setTimeout(() => { for (;;) {} }, 0), 1", nil); err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	err = p.Ping(pctx)
+	pcancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Ping of a hung page: %v, want a deadline", err)
+	}
+	start := time.Now()
+	if err := p.CrashRenderer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.wait(t, p.TargetID(), 3*time.Second)
+	t.Logf("hung renderer crashed %v after Page.crash", time.Since(start).Round(time.Millisecond))
+	if err := p.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		err := p.Ping(pctx)
+		pcancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ping after Reload: %v", err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Error(err)
 	}
 }

@@ -80,19 +80,26 @@ func (p *Page) Activate(ctx context.Context) error {
 	return nil
 }
 
-// TargetEvent is a page target of the browser appearing or going away.
+// TargetEvent is a page target of the browser appearing, going away or
+// losing its renderer.
 type TargetEvent struct {
 	// Destroyed: the target closed (only TargetID is set then).
-	Destroyed        bool
+	Destroyed bool
+	// Crashed: the target's renderer crashed or was killed (only TargetID
+	// and Status are set then); the target stays, showing nothing, until
+	// it is reloaded.
+	Crashed          bool
+	Status           string
 	TargetID         string
 	OpenerID         string
 	BrowserContextID string
 	URL              string
 }
 
-// WatchPages calls fn for every page target created and every target
-// destroyed in the browser (all of its contexts: filter by
-// BrowserContextID), until stop is called or the browser goes. fn runs on the
+// WatchPages calls fn for every page target created, every target
+// destroyed and every target whose renderer crashed in the browser (all of
+// its contexts: filter by BrowserContextID or by the targets you know),
+// until stop is called or the browser goes. fn runs on the
 // connection's reader goroutine: it must return at once and must not issue
 // CDP calls.
 func (b *Browser) WatchPages(ctx context.Context, fn func(TargetEvent)) (stop func(), err error) {
@@ -107,6 +114,8 @@ func (b *Browser) WatchPages(ctx context.Context, fn func(TargetEvent)) (stop fu
 			fn(TargetEvent{TargetID: string(t.TargetID), OpenerID: string(t.OpenerID), BrowserContextID: string(t.BrowserContextID), URL: t.URL})
 		case *target.EventTargetDestroyed:
 			fn(TargetEvent{Destroyed: true, TargetID: string(ev.TargetID)})
+		case *target.EventTargetCrashed:
+			fn(TargetEvent{Crashed: true, TargetID: string(ev.TargetID), Status: ev.Status})
 		}
 	})
 	if err != nil {
