@@ -65,6 +65,13 @@ func (s *Session) reconcileCapturesLocked() []chan struct{} {
 			need[CaptureCDP] = true
 		}
 	}
+	if s.state == StateRecovering && s.rec.reason == ReasonBrowserCrashed {
+		// The session moves to a new browser: nothing to capture until
+		// it did (readyAgainLocked starts the loops again). A tab
+		// reloading after a renderer crash keeps its loops until
+		// pageCrashed starts them over with the reload under way.
+		clear(need)
+	}
 	var stopped []chan struct{}
 	for mode, r := range s.captures {
 		if !need[mode] {
@@ -90,6 +97,14 @@ func (s *Session) reconcileCapturesLocked() []chan struct{} {
 			} else {
 				s.cdpCaptureLoop(ctx)
 			}
+			// A loop that ended by itself (tab capture through a
+			// recovery) leaves its place, so the next reconcile starts
+			// it again. Nobody waits on r.done under s.mu.
+			s.mu.Lock()
+			if s.captures[mode] == r {
+				delete(s.captures, mode)
+			}
+			s.mu.Unlock()
 		}()
 	}
 	s.publishSlotsLocked()
@@ -151,6 +166,11 @@ func (s *Session) tabCaptureLoop(ctx context.Context) {
 	if err == nil {
 		err = errors.New("stream ended")
 	}
+	if s.brokeWithThePage(ctx) {
+		// The browser or the page's renderer died under the capture: the
+		// recovery restarts it on the page that comes back.
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A tab switch cancels this loop under s.mu: a stream that ended
@@ -169,7 +189,7 @@ func (s *Session) fallBackToCDP(reason string, err error) {
 }
 
 func (s *Session) fallBackLocked(reason string, err error) {
-	if s.capMode != CaptureTab || s.state == StateClosing || s.state == StateClosed || s.state == StateFailed {
+	if s.capMode != CaptureTab || s.state == StateClosing || s.state == StateClosed || s.state == StateFailed || s.state == StateRecovering {
 		return
 	}
 	// The error text can carry the DevTools URL: only its gRPC code is logged.
@@ -199,7 +219,7 @@ func (s *Session) streamFrom(ctx context.Context, h PluginHandle, send func(capt
 		return errors.New("capture: no page")
 	}
 	err = c.Stream(ctx, capture.Target{
-		SessionID: s.id, BrowserWSURL: s.browser.WSURL(), TargetID: pg.TargetID(),
+		SessionID: s.id, BrowserWSURL: s.chromium().WSURL(), TargetID: pg.TargetID(),
 		Width: s.width, Height: s.height,
 	}, send)
 	if err != nil && brokenPlugin(err) && ctx.Err() == nil {

@@ -194,10 +194,14 @@ func groupAlive(pgid int) []int {
 	return out
 }
 
-func TestBrowserCrashFailsSessionsAndRelaunches(t *testing.T) {
-	cfg := Config{Launch: func(ctx context.Context) (Browser, error) { return launch(ctx) }}
-	m, first := newManager(t, cfg)
+// Without a way to relaunch Chromium, a browser crash ends its sessions
+// (failed, browser_crashed) at once, and the manager says no browser runs.
+func TestBrowserCrashWithoutRelaunchFails(t *testing.T) {
+	m, first := newManager(t, Config{})
 	a, b := create(t, m), create(t, m)
+	if !m.BrowserUp() {
+		t.Fatal("BrowserUp false with a running browser")
+	}
 
 	oldPID := first.PID()
 	if err := syscall.Kill(oldPID, syscall.SIGKILL); err != nil {
@@ -210,31 +214,12 @@ func TestBrowserCrashFailsSessionsAndRelaunches(t *testing.T) {
 			t.Fatalf("session %s reason %q, want %q", s.ID(), snap.TerminalReason, ReasonBrowserCrashed)
 		}
 	}
-
-	// The next Create relaunches Chromium; concurrent ones share the launch.
-	errs := make(chan error, 2)
-	for range 2 {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			s, err := m.Create(ctx, CreateOptions{URL: "about:blank"})
-			if err == nil && s.Snapshot().State != StateReady {
-				err = fmt.Errorf("new session is %s", s.Snapshot().State)
-			}
-			errs <- err
-		}()
+	t.Logf("sessions failed %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if m.BrowserUp() {
+		t.Error("BrowserUp true after the crash")
 	}
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatalf("Create after crash: %v", err)
-		}
-	}
-	nb, ok := m.Browser().(*browser.Browser)
-	if !ok || nb == first || nb.PID() == oldPID {
-		t.Fatalf("browser was not relaunched")
-	}
-	if n := len(m.owned); n != 1 {
-		t.Fatalf("manager owns %d browsers, want the one relaunch", n)
+	if _, err := m.Create(context.Background(), CreateOptions{URL: "about:blank"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Create without a browser: %v, want ErrUnavailable", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(groupAlive(oldPID)) > 0 {

@@ -113,6 +113,9 @@ type Config struct {
 	// Upstream is the appliance's upstream proxy for every session without
 	// one of its own; nil = direct.
 	Upstream *egress.Upstream
+	// Isolation is IsolationShared ("" too) or IsolationPerSession: a
+	// Chromium of its own for every session (started with Launch).
+	Isolation string
 }
 
 // DefaultTerminalTTL is how long terminal snapshots stay readable.
@@ -138,6 +141,10 @@ type CreateOptions struct {
 	// credentials in the URL), chained behind the policy check; "" = the
 	// appliance's (Config.Upstream), if any.
 	Proxy string
+
+	// id, when set, is the session's id: the kept default session comes
+	// back under its old one (recover.go).
+	id string
 }
 
 // Manager owns every session.
@@ -168,6 +175,8 @@ type Manager struct {
 	sessions map[string]*Session
 	order    []string
 	profiles map[string]bool // persistent profiles open now
+
+	rec managerRecovery // crash containment and the kept default session (recover.go)
 }
 
 // NewManager returns a manager. codecs are the codecs the encoder plugin
@@ -189,9 +198,11 @@ func NewManager(cfg Config, b Browser, capturePlugin, encoderPlugin PluginHandle
 	}
 	v := cfg.Video
 	m.vid.Store(&v)
-	m.wg.Add(2)
+	m.rec.init(b)
+	m.wg.Add(3)
 	go m.watchBrowser(b)
 	go m.janitor()
+	go m.tend()
 	return m
 }
 
@@ -236,68 +247,25 @@ func Codecs(probes []encoder.Probe) []string {
 
 func (m *Manager) hasCodec(c string) bool { return slices.Contains(m.codecs, c) }
 
-// watchBrowser fails every live session of b when b dies, so viewers
-// learn at once instead of watching a frozen picture.
+// watchBrowser brings back every live session of b when b dies: a new
+// page each in a relaunched browser, or a terminal state at once when
+// none can be had (recover.go).
 func (m *Manager) watchBrowser(b Browser) {
 	defer m.wg.Done()
 	select {
 	case <-m.ctx.Done():
 		return
-	case <-b.Done():
+	case <-gone(b):
 	}
-	var wg sync.WaitGroup
-	logged := false
-	for _, s := range m.live() {
-		s.mu.Lock()
-		mine := s.browser == b && s.state != StateClosing
-		s.mu.Unlock()
-		if mine {
-			if !logged {
-				m.log.Error("browser exited; failing its sessions")
-				logged = true
-			}
-			// In parallel: each close waits for its own goroutines, and
-			// every session must show its terminal state at once.
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				s.close(context.Background(), ReasonBrowserCrashed, true)
-			}()
-		}
-	}
-	wg.Wait()
+	m.browserDown(b)
 }
 
-// currentBrowser returns the running browser, relaunching a dead one when
-// Config.Launch allows it.
+// currentBrowser returns the running shared browser, relaunching a dead
+// one when Config.Launch allows it.
 func (m *Manager) currentBrowser(ctx context.Context) (Browser, error) {
 	m.bmu.Lock()
 	defer m.bmu.Unlock()
-	select {
-	case <-m.browser.Done():
-	default:
-		return m.browser, nil
-	}
-	if m.cfg.Launch == nil || m.ctx.Err() != nil {
-		return nil, ErrUnavailable
-	}
-	m.log.Info("relaunching browser")
-	nb, err := m.cfg.Launch(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%w: relaunch: %v", ErrUnavailable, err)
-	}
-	if i := slices.Index(m.owned, m.browser); i >= 0 {
-		// Dead already; Close reaps what is left and removes its profile.
-		if err := m.browser.Close(); err != nil {
-			m.log.Debug("close dead browser", "err", err)
-		}
-		m.owned = slices.Delete(m.owned, i, i+1)
-	}
-	m.browser = nb
-	m.owned = append(m.owned, nb)
-	m.wg.Add(1) // safe: Shutdown cancels m.ctx, checked above, under bmu
-	go m.watchBrowser(nb)
-	return nb, nil
+	return m.ensureBrowserLocked(ctx)
 }
 
 // Browser returns the current browser (possibly dead until the next
@@ -387,7 +355,10 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 	if o.Height == 0 {
 		o.Height = m.cfg.Height
 	}
-	id := newID()
+	id := o.id
+	if id == "" {
+		id = newID()
+	}
 	sctx, cancel := context.WithCancel(m.ctx)
 	s := &Session{
 		done: make(chan struct{}),
@@ -406,7 +377,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 	}
 	n := 0
 	for _, x := range m.sessions {
-		if st := x.Snapshot().State; st == StateStarting || st == StateReady {
+		if st := x.Snapshot().State; st == StateStarting || st == StateReady || st == StateRecovering {
 			n++
 		}
 	}
@@ -432,9 +403,12 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 	s.mu.Lock()
 	s.egress = eg
 	s.mu.Unlock()
-	if o.Profile != "" {
+	switch {
+	case o.Profile != "":
 		b, err = m.profileBrowser(ctx, s, o.Owner, o.Profile, egressServer(eg))
-	} else {
+	case m.cfg.Isolation == IsolationPerSession:
+		b, err = m.isolatedBrowser(ctx, s)
+	default:
 		b, err = m.currentBrowser(ctx)
 	}
 	if err != nil {
@@ -505,6 +479,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 		// are then neither followed nor listed.
 		s.log.Warn("tabs: cannot watch the browser's pages", "err", err)
 	}
+	s.startWatchdog()
 	if m.cfg.IdleReclaim > 0 && !o.KeepIdle {
 		m.mu.Lock() // wg.Add must not race Shutdown's Wait
 		if m.ctx.Err() == nil {
@@ -557,18 +532,18 @@ func (m *Manager) profileBrowser(ctx context.Context, s *Session, owner, name, p
 		delete(m.profiles, key)
 		m.mu.Unlock()
 	}
-	b, err := m.cfg.LaunchProfile(ctx, filepath.Join(m.cfg.ProfileRoot, key), proxy)
+	dir := filepath.Join(m.cfg.ProfileRoot, key)
+	b, err := m.cfg.LaunchProfile(ctx, dir, proxy)
 	if err != nil {
 		release()
 		return nil, fmt.Errorf("%w: launch the profile's browser: %v", ErrUnavailable, err)
 	}
 	s.mu.Lock()
 	s.profile, s.ownBrowser, s.releaseProfile = name, b, release
+	// After a crash the same profile opens again (it stays reserved).
+	s.rec.relaunch = func(ctx context.Context) (Browser, error) { return m.cfg.LaunchProfile(ctx, dir, proxy) }
 	s.mu.Unlock()
-	m.mu.Lock() // wg.Add must not race Shutdown's Wait
-	m.wg.Add(1)
-	m.mu.Unlock()
-	go m.watchBrowser(b) // a crash fails only this session
+	m.watch(b) // a crash reaches only this session
 	return b, nil
 }
 

@@ -64,6 +64,13 @@ type tab struct {
 	// requests, so its first URL is checked after the fact.
 	vetted atomic.Bool
 	gone   atomic.Bool // closed; nothing is sent to it any more
+	// reloadAt is when the session last reloaded the tab after a crash,
+	// hungAt when its watchdog crashed the tab's hung renderer; crashSeen
+	// counts the crashes each listener reported, crashHandled those
+	// handled (s.rec.mu; renderer.go).
+	reloadAt, hungAt time.Time
+	crashSeen        [crashSources]int
+	crashHandled     int
 }
 
 // TabInfo is one tab of the session, in the order the session saw them.
@@ -222,7 +229,7 @@ func (s *Session) TabNew(ctx context.Context, url string, background bool) (TabI
 	if n >= MaxTabs {
 		return TabInfo{}, fmt.Errorf("%w: at most %d", ErrTooManyTabs, MaxTabs)
 	}
-	pg, err := s.browser.NewTab(ctx, root.BrowserContextID(), browser.PageOptions{Width: s.width, Height: s.height})
+	pg, err := s.chromium().NewTab(ctx, root.BrowserContextID(), browser.PageOptions{Width: s.width, Height: s.height})
 	if err != nil {
 		return TabInfo{}, fmt.Errorf("%w: new tab: %v", ErrUnavailable, err)
 	}
@@ -310,7 +317,7 @@ func (s *Session) adoptLocked(ctx context.Context, id, opener string, pg *browse
 	}
 	if pg == nil {
 		var err error
-		if pg, err = s.browser.AttachPage(ctx, id, browser.PageOptions{Width: s.width, Height: s.height}); err != nil {
+		if pg, err = s.chromium().AttachPage(ctx, id, browser.PageOptions{Width: s.width, Height: s.height}); err != nil {
 			return nil, fmt.Errorf("%w: attach tab: %v", ErrUnavailable, err)
 		}
 	}
@@ -492,21 +499,34 @@ func (s *Session) vetLater(t *tab, url string) {
 	if t.vetted.Load() || url == "" || url == "about:blank" {
 		return
 	}
+	s.mu.Lock()
+	checks := s.tabChecks
+	s.mu.Unlock()
 	select {
-	case s.tabChecks <- tabCheck{t: t, url: url}:
-	default: // the watcher is busy; the next page state asks again
+	case checks <- tabCheck{t: t, url: url}:
+	default: // the watcher is busy (or none runs); the next page state asks again
 	}
 }
 
-// startTabWatch follows the page targets of the browser; the watcher
-// goroutine is the session's (s.wg) and ends with it.
+// tabWatch is the running watcher of one browser's page targets: a
+// session's browser changes when it is relaunched after a crash, and the
+// watcher with it (stopTabWatch, startTabWatch).
+type tabWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startTabWatch follows the page targets of the session's browser; the
+// watcher goroutine is the session's (s.wg) and ends with it, or earlier
+// with stopTabWatch.
 func (s *Session) startTabWatch() error {
 	events := make(chan browser.TargetEvent, tabEventQueue)
-	s.tabChecks = make(chan tabCheck, tabEventQueue)
-	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	checks := make(chan tabCheck, tabEventQueue)
+	wctx, stopWatch := context.WithCancel(s.ctx)
+	ctx, cancel := context.WithTimeout(wctx, 5*time.Second)
 	defer cancel()
 	var dropped atomic.Uint64
-	stop, err := s.browser.WatchPages(ctx, func(ev browser.TargetEvent) {
+	stop, err := s.chromium().WatchPages(ctx, func(ev browser.TargetEvent) {
 		select {
 		case events <- ev:
 		default:
@@ -514,27 +534,58 @@ func (s *Session) startTabWatch() error {
 		}
 	})
 	if err != nil {
+		stopWatch()
 		return err
 	}
+	w := &tabWatch{cancel: stopWatch, done: make(chan struct{})}
+	s.mu.Lock()
+	// Under s.mu with the state checked: close waits for s.wg only after
+	// it set the state, so no Add comes after its Wait.
+	if s.state == StateClosing || s.state == StateClosed || s.state == StateFailed {
+		s.mu.Unlock()
+		stopWatch()
+		stop()
+		return fmt.Errorf("%w: %s", ErrNotReady, s.state)
+	}
+	s.tabChecks, s.rec.watch = checks, w
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
+		defer close(w.done)
 		defer stop()
 		for {
 			select {
-			case <-s.ctx.Done():
+			case <-wctx.Done():
 				return
 			case ev := <-events:
 				if n := dropped.Swap(0); n > 0 {
 					s.log.Warn("tab events dropped", "count", n)
 				}
-				s.onTarget(ev)
-			case c := <-s.tabChecks:
-				s.vet(c)
+				if ev.Crashed {
+					s.tabCrashed(wctx, ev.TargetID)
+					continue
+				}
+				s.onTarget(wctx, ev)
+			case c := <-checks:
+				s.vet(wctx, c)
 			}
 		}
 	}()
 	return nil
+}
+
+// stopTabWatch ends the tab watcher and waits for it (the browser it
+// watched is gone).
+func (s *Session) stopTabWatch() {
+	s.mu.Lock()
+	w := s.rec.watch
+	s.rec.watch = nil
+	s.mu.Unlock()
+	if w != nil {
+		w.cancel()
+		<-w.done
+	}
 }
 
 // mine reports whether a page target belongs to the session's context.
@@ -552,8 +603,8 @@ func (s *Session) mine(ev browser.TargetEvent) bool {
 
 // onTarget adopts a new page of the session (following a popup of the
 // current tab) or lets a closed one go.
-func (s *Session) onTarget(ev browser.TargetEvent) {
-	ctx, cancel := context.WithTimeout(s.ctx, tabOpTimeout)
+func (s *Session) onTarget(wctx context.Context, ev browser.TargetEvent) {
+	ctx, cancel := context.WithTimeout(wctx, tabOpTimeout)
 	defer cancel()
 	if ev.Destroyed {
 		s.tabGone(ctx, ev.TargetID)
@@ -574,7 +625,7 @@ func (s *Session) onTarget(ev browser.TargetEvent) {
 	t, err := s.adoptLocked(ctx, ev.TargetID, ev.OpenerID, nil)
 	if errors.Is(err, ErrTooManyTabs) {
 		s.log.Info("a page opened a tab over the session's limit; closed it", "limit", MaxTabs)
-		if err := s.browser.CloseTarget(ctx, ev.TargetID); err != nil {
+		if err := s.chromium().CloseTarget(ctx, ev.TargetID); err != nil {
 			s.log.Debug("close a tab over the limit", "err", err)
 		}
 		return
@@ -601,11 +652,11 @@ func (s *Session) onTarget(ev browser.TargetEvent) {
 }
 
 // vet checks a popup's first URL from the watcher.
-func (s *Session) vet(c tabCheck) {
+func (s *Session) vet(wctx context.Context, c tabCheck) {
 	if c.t.vetted.Load() || c.t.gone.Load() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, tabOpTimeout)
+	ctx, cancel := context.WithTimeout(wctx, tabOpTimeout)
 	defer cancel()
 	s.tabsMu.Lock()
 	defer s.tabsMu.Unlock()

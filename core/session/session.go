@@ -100,7 +100,8 @@ type Session struct {
 	ho             handoff                // control policy, holder, requests for a person
 	snapKey        string                 // what Snapshot last showed, for Revision
 	snapRev        uint64
-	invited        []string // users invited to watch, sorted
+	invited        []string        // users invited to watch, sorted
+	rec            sessionRecovery // crash containment (recover.go)
 
 	done chan struct{} // closed when the session starts closing
 
@@ -527,6 +528,13 @@ type Snapshot struct {
 	// ViewerDetails is each viewer's transport, by user then peer (not
 	// part of Revision: it moves every second).
 	ViewerDetails []ViewerInfo `json:"viewerDetails"`
+	// Recovering says why the session is recovering (renderer_crashed,
+	// renderer_hung, browser_crashed); LastRecovery is its last recovery;
+	// PageError is set while the current page's renderer, crashed again
+	// soon after its automatic reload, is left as it is.
+	Recovering   string    `json:"recovering,omitempty"`
+	LastRecovery *Recovery `json:"lastRecovery,omitempty"`
+	PageError    string    `json:"pageError,omitempty"`
 }
 
 // Snapshot returns the session's current state.
@@ -553,6 +561,7 @@ func (s *Session) Snapshot() Snapshot {
 	if s.ex != nil {
 		snap.PageRevision = s.ex.PageRevision()
 	}
+	snap.Recovering, snap.PageError, snap.LastRecovery = s.recoveryLocked()
 	if e, ok := s.captureErr.Load().(string); ok {
 		snap.CaptureError = e
 	}
@@ -564,7 +573,8 @@ func (s *Session) Snapshot() Snapshot {
 		snap.ReclaimAt = &t
 	}
 	key := fmt.Sprint(snap.State, snap.TerminalReason, snap.URL, snap.Title, snap.Width, snap.Height,
-		snap.Viewers, snap.Producers, snap.PageRevision, snap.Tabs, snap.CaptureError, snap.CaptureMode, snap.Invited, snap.Control, len(snap.HumanRequests), snap.ReclaimAt != nil)
+		snap.Viewers, snap.Producers, snap.PageRevision, snap.Tabs, snap.CaptureError, snap.CaptureMode, snap.Invited, snap.Control, len(snap.HumanRequests), snap.ReclaimAt != nil,
+		snap.Recovering, snap.PageError, lastRecoveryAt(snap.LastRecovery))
 	for _, r := range snap.HumanRequests {
 		key += r.ID
 	}
