@@ -132,6 +132,9 @@ type appliance struct {
 	cfg      *config.Config     // what runs now; replaced by reloads (one at a time, on run's goroutine)
 	rl       reloader
 	listing  atomic.Bool // a watchdog liveness check is listing sessions
+	// pluginFlags are the capture plugins' Chromium flags at start
+	// (relaunchOptions asks them again for a relaunch).
+	pluginFlags []string
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -191,6 +194,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		return err
 	}
 	a.probes, a.codecs = probes, session.Codecs(probes)
+	a.pluginFlags = append([]string{}, flags...) // relaunchOptions swaps them
 	if len(a.codecs) == 0 {
 		return errors.New("the encoder plugin can produce neither H.264 nor VP8; run `tabcast doctor`")
 	}
@@ -269,12 +273,16 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		InputIdleWarn: cfg.Sessions.InputIdleWarn, InputIdleReclaim: cfg.Sessions.InputIdleReclaim,
 		PopupsInBackground: cfg.Sessions.PopupsInBackground,
 		Egress:             a.egress, Upstream: a.upstream,
-		// After a Chromium crash the next new session launches a fresh one.
-		Launch: func(ctx context.Context) (session.Browser, error) { return browser.Launch(ctx, bopts) },
+		// After a Chromium crash the sessions move to a fresh one (and a
+		// session of its own has one, with per-session isolation).
+		Launch: func(ctx context.Context) (session.Browser, error) {
+			return browser.Launch(ctx, a.relaunchOptions(ctx, bopts))
+		},
+		Isolation: cfg.Browser.Isolation,
 		// Persistent profiles live in the data dir, one Chromium each.
 		ProfileRoot: filepath.Join(cfg.Server.DataDir, "profiles"),
 		LaunchProfile: func(ctx context.Context, dir, proxy string) (session.Browser, error) {
-			o := bopts
+			o := a.relaunchOptions(ctx, bopts)
 			o.ProfileDir, o.Proxy = dir, proxy
 			return browser.Launch(ctx, o)
 		},
@@ -329,10 +337,13 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			start = base + "/welcome"
 		}
 		cctx, cancel := context.WithTimeout(ctx, cfg.Browser.StartTimeout)
-		s, err := a.sessions.Create(cctx, session.CreateOptions{URL: start, KeepIdle: true, Owner: cfg.Sessions.DefaultOwner})
+		// Kept: a crash that ends it (its browser could not be brought
+		// back in time) is followed by the same session as soon as a
+		// browser runs, and so is a failed start.
+		s, err := a.sessions.KeepDefault(cctx, session.CreateOptions{URL: start, KeepIdle: true, Owner: cfg.Sessions.DefaultOwner})
 		cancel()
 		if err != nil {
-			log.Error("default session failed", "err", err)
+			log.Error("default session failed; retrying", "err", err)
 		} else {
 			log.Info("default session ready", "session", s.ID())
 		}
@@ -417,9 +428,12 @@ func (a *appliance) pluginFacts(ctx context.Context) ([]string, []encoder.Probe,
 	return flags, probes, nil
 }
 
-// ready reports whether new sessions can be served. A crashed Chromium does
-// not make the appliance unready: the next session relaunches it.
+// ready reports whether new sessions can be served: not while no browser
+// runs (from a Chromium crash until its relaunch, which follows at once).
 func (a *appliance) ready() error {
+	if !a.sessions.BrowserUp() {
+		return errors.New("no browser runs")
+	}
 	hs := []*supervisor.Handle{a.capture, a.encoder}
 	for _, h := range []*supervisor.Handle{a.gate.plugin, a.relay} {
 		if h != nil {

@@ -96,6 +96,9 @@ type Browser struct {
 	StartURL     string        `koanf:"startURL"` // "" = built-in welcome page
 	Width        int           `koanf:"width"`
 	Height       int           `koanf:"height"`
+	// Isolation: shared (a BrowserContext per session in one Chromium) or
+	// per-session (a Chromium per session: a browser crash reaches one).
+	Isolation string `koanf:"isolation"`
 }
 
 // Sessions are the session budgets.

@@ -41,6 +41,7 @@ func wantDefaults() *Config {
 			StartURL:     "",
 			Width:        1280,
 			Height:       720,
+			Isolation:    "shared",
 		},
 		Sessions: Sessions{OpenDefault: true, Max: 4, MaxViewers: 4, IdleReclaim: 2 * time.Minute, DefaultOwner: "admin",
 			InputIdleWarn: 30 * time.Minute, InputIdleReclaim: 35 * time.Minute},

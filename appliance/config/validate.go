@@ -133,6 +133,7 @@ func validate(cfg *Config, origin func(string) string) []error {
 	c.durRange("browser.startTimeout", b.StartTimeout, time.Second, 2*time.Minute)
 	c.startURL("browser.startURL", b.StartURL)
 	c.intRange("browser.width", b.Width, minWidth, maxWidth)
+	c.enum("browser.isolation", b.Isolation, "shared", "per-session")
 	c.intRange("browser.height", b.Height, minHeight, maxHeight)
 
 	c.intRange("sessions.max", cfg.Sessions.Max, 1, 64)
