@@ -122,12 +122,19 @@ function viewerCodecs() {
   return [...names];
 }
 
+// pickSession: a reconnect goes back to the session it showed, which a
+// crash recovery keeps (or, for the default session, brings back) under
+// the same id, unless that one was closed; otherwise ?session= or the
+// first live session.
 async function pickSession() {
   mountHeader(await whoami());
   const body = await api("GET", "/api/v1/sessions");
   if (!Array.isArray(body.sessions)) throw new Error("session list: bad response");
+  const shown = tabcast.session && body.sessions.find((x) => x.id === tabcast.session);
+  if (shown && shown.state !== "closed" && shown.state !== "closing") return shown;
   const want = params.get("session");
-  const s = want ? body.sessions.find((x) => x.id === want) : body.sessions[0];
+  const live = (x) => !["closed", "closing", "failed"].includes(x.state);
+  const s = want ? body.sessions.find((x) => x.id === want) : body.sessions.find(live);
   if (!s) throw new Error(want ? `session ${want} not found` : "no session is running");
   return s;
 }
@@ -161,10 +168,14 @@ function showSnapshot(s) {
     id: s.id, state: s.state, title: s.title, url: s.url, owner: s.owner || "",
     viewers: s.viewers ?? 0, producers: s.producers ?? 0, invited: Array.isArray(s.invited) ? [...s.invited] : [],
   };
-  ui.sessionState.textContent = s.state || "";
+  // recovering (a crashed page or browser coming back) shows like any
+  // state; a page left crashed shows while the session is ready.
+  const label = s.state === "ready" && s.pageError ? `page ${s.pageError.replace(/_/g, " ")}` : s.state || "";
+  ui.sessionState.textContent = label;
   ui.sessionState.dataset.state = s.state || "";
-  ui.sessionState.hidden = !s.state || s.state === "ready";
-  if (s.terminalReason) ui.sessionState.title = s.terminalReason;
+  ui.sessionState.hidden = !label || label === "ready";
+  ui.sessionState.title = s.terminalReason || s.recovering || s.pageError || "";
+  showRecovery(s.lastRecovery);
   const v = s.viewers ?? 0;
   const p = s.producers ?? 0;
   ui.viewers.textContent = `${v} watching${p ? ` · ${p} with input` : " · nobody with input"}`;
@@ -174,6 +185,19 @@ function showSnapshot(s) {
   showViewerTable(s.viewerDetails);
   showHandoff(s);
   showTabs(s);
+}
+
+// showRecovery says once that the session came back from a crash: a
+// renderer is back in well under a second, too soon for the state
+// recovering to show.
+let recoveryShown;
+function showRecovery(r) {
+  const at = r?.at || "";
+  if (recoveryShown !== undefined && at && at !== recoveryShown) {
+    const what = { renderer_crashed: "page crash", renderer_hung: "hung page", browser_crashed: "browser crash" }[r.reason] || "crash";
+    setStatus(`Recovered from a ${what} in ${(r.tookMs / 1000).toFixed(1)} s`);
+  }
+  recoveryShown = at;
 }
 
 // showTabs lists the session's tabs (a popup the page opened, or an agent's
