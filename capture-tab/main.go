@@ -11,5 +11,8 @@ import (
 func main() {
 	log := plugins.Logger(tabcapture.Name)
 	log.Info("starting", "version", tabcapture.Version, "extension", tabcapture.ExtensionID)
+	// A predecessor killed before it could remove its extension
+	// directory: this process, its restart, removes it now.
+	tabcapture.RemoveStale(log)
 	plugins.Serve(capture.PluginSets(tabcapture.New(log)))
 }

@@ -8,8 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 // ext is the controlled MV3 extension the plugin makes Chromium load.
@@ -58,10 +61,15 @@ func extensionIDFromKey(b64 string) (string, error) {
 	return string(h), nil
 }
 
+// extDirPrefix starts the name of every extension directory; the pid of
+// the plugin process that wrote it follows, so that the next one can tell
+// a killed predecessor's directory (RemoveStale).
+const extDirPrefix = "tabcast-capture-tab-ext-"
+
 // writeExtension writes the extension into a new private directory (0700)
 // and returns it.
 func writeExtension() (string, error) {
-	dir, err := os.MkdirTemp("", "tabcast-capture-tab-ext-")
+	dir, err := os.MkdirTemp("", extDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return "", err
 	}
@@ -84,4 +92,54 @@ func writeExtension() (string, error) {
 		return "", err
 	}
 	return dir, nil
+}
+
+// RemoveStale removes the extension directories that plugin processes no
+// longer running left in the temp dir: Shutdown removes a plugin's own,
+// but a killed plugin cannot, and the supervisor starts the next one at
+// once, which calls this first. A directory of a live capture-tab process
+// (another appliance's, or one still shutting down) is left alone, and so
+// is one whose name carries no pid.
+func RemoveStale(log *slog.Logger) {
+	removeStale(os.TempDir(), pluginAlive, log)
+}
+
+func removeStale(tmp string, alive func(pid int) bool, log *slog.Logger) {
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), extDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		num, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(num)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || alive(pid) {
+			continue
+		}
+		dir := filepath.Join(tmp, e.Name())
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("remove a stale extension directory", "err", err)
+			continue
+		}
+		log.Info("removed the extension directory of a plugin process that is gone", "pid", pid)
+	}
+}
+
+// pluginAlive reports whether pid is a running capture-tab process (a
+// reused pid belongs to another program).
+func pluginAlive(pid int) bool {
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return false
+	}
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err == nil {
+		if i := strings.LastIndexByte(string(st), ')'); i >= 0 && i+2 < len(st) && (st[i+2] == 'Z' || st[i+2] == 'X') {
+			return false // dead, not yet reaped
+		}
+	}
+	return strings.TrimSpace(string(comm)) == Name
 }
