@@ -37,7 +37,9 @@ func chromiumProcs(a *harness.Appliance) (procs map[int]string, browsers []int) 
 		if err != nil {
 			continue
 		}
-		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		// Chromium retitles its child processes: their command line is
+		// one string, the arguments joined by spaces (no path here has one).
+		args := strings.FieldsFunc(string(raw), func(r rune) bool { return r == 0 || r == ' ' })
 		dir, typed := "", false
 		for _, arg := range args {
 			if v, ok := strings.CutPrefix(arg, "--user-data-dir="); ok {
@@ -59,8 +61,9 @@ func chromiumProcs(a *harness.Appliance) (procs map[int]string, browsers []int) 
 }
 
 // TestLifecycleChromiumCrash SIGKILLs Chromium's browser process: its
-// session goes failed/browser_crashed within 1 s, nothing of the old
-// Chromium survives, and a new session (on a relaunched Chromium) streams.
+// session is brought back (same id) on a relaunched Chromium with a fresh
+// profile within 5 s, nothing of the old Chromium survives, and a new
+// session streams. (crash_test.go watches the viewers through it.)
 func TestLifecycleChromiumCrash(t *testing.T) {
 	p := pages(t)
 	a, def := startWithSession(t, p.URL+"/anim", "sessions.max=2")
@@ -74,10 +77,10 @@ func TestLifecycleChromiumCrash(t *testing.T) {
 	if err := syscall.Kill(browsers[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	s := waitSession(ctx, t, a, def.ID, time.Second, func(s lifecycleSnap) bool { return s.State == "failed" })
-	if s.TerminalReason != "browser_crashed" {
-		t.Fatalf("crashed session reason %q, want browser_crashed", s.TerminalReason)
-	}
+	killed := time.Now()
+	waitSession(ctx, t, a, def.ID, time.Second, func(s lifecycleSnap) bool { return s.State == "recovering" })
+	waitSession(ctx, t, a, def.ID, 5*time.Second-time.Since(killed), func(s lifecycleSnap) bool { return s.State == "ready" })
+	t.Logf("default session back %v after the kill", time.Since(killed).Round(time.Millisecond))
 
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -95,6 +98,7 @@ func TestLifecycleChromiumCrash(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	watchFrames(ctx, t, a, def.ID)
 
 	n, err := postSession(ctx, a, p.URL+"/anim")
 	if err != nil || n.State != "ready" {
@@ -104,10 +108,6 @@ func TestLifecycleChromiumCrash(t *testing.T) {
 	procs, browsers := chromiumProcs(a)
 	if len(browsers) != 1 || procs[browsers[0]] == oldDir {
 		t.Fatalf("want one relaunched Chromium with a fresh profile, found %v", procs)
-	}
-	// The failed session's terminal snapshot is still readable.
-	if s, err := getSession(ctx, a, def.ID); err != nil || s.State != "failed" {
-		t.Fatalf("failed snapshot: %+v %v", s, err)
 	}
 }
 
