@@ -499,6 +499,14 @@ function connect(gen) {
   };
   ws.onclose = (ev) => {
     if (!live()) return;
+    if (ev.code === 4403) {
+      // Access withdrawn (token revoked, invitation withdrawn, user or
+      // password changed): retrying with the same credentials cannot work.
+      teardown();
+      setStatus("access withdrawn", true);
+      showOverlay("Your access to this session was withdrawn. Sign in again to watch.");
+      return;
+    }
     const why = ev.code === 4404 ? "Session not found" : "Signaling closed";
     scheduleReconnect(why);
   };
@@ -555,6 +563,11 @@ function connect(gen) {
         if (tabcast.errors.length > 20) tabcast.errors.shift();
         setStatus(text, true);
         // These end this attempt; anything else is reported and ignored.
+        if (msg.code === "permission_denied") {
+          // Input withdrawn (a role lowered): the picture goes on. A full
+          // withdrawal follows with close 4403.
+          setStatus("view only: your access to act was withdrawn", true);
+        }
         if (["session_not_found", "capacity_exceeded", "codec_unsupported", "internal"].includes(msg.code)) {
           scheduleReconnect(msg.code.replace(/_/g, " "));
         }
