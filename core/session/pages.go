@@ -424,15 +424,7 @@ func (s *Session) switchToLocked(ctx context.Context, t *tab) error {
 	s.ex.cur.Store(t.exec)
 	// The old page's capture stops; a picture of it must not be re-sent
 	// as the new page's keyframe.
-	var stopped []chan struct{}
-	for mode, r := range s.captures {
-		r.cancel()
-		stopped = append(stopped, r.done)
-		delete(s.captures, mode)
-	}
-	s.lastFrame.Store(nil)
-	s.viewFixes.Store(0)
-	s.viewFixedAt.Store(0)
+	stopped := s.stopCapturesLocked()
 	s.mu.Unlock()
 	s.ex.unlock()
 	s.publishTab(t)

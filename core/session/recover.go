@@ -397,15 +397,7 @@ func (s *Session) markReadyLocked() {
 // new renderer: a screencast stream ends with its renderer and would
 // retry on a backoff, a tab capture resumes seconds late by itself.
 func (s *Session) restartCapturesLocked() []chan struct{} {
-	var stopped []chan struct{}
-	for mode, r := range s.captures {
-		r.cancel()
-		stopped = append(stopped, r.done)
-		delete(s.captures, mode)
-	}
-	s.lastFrame.Store(nil)
-	s.viewFixes.Store(0)
-	s.viewFixedAt.Store(0)
+	stopped := s.stopCapturesLocked()
 	s.reconcileCapturesLocked() // nothing runs now: it only starts loops
 	for codec, p := range s.pipes {
 		if s.passthroughLocked(codec) {
@@ -555,4 +547,21 @@ func lastRecoveryAt(r *Recovery) time.Time {
 		return time.Time{}
 	}
 	return r.At
+}
+
+// stopCapturesLocked cancels every capture loop and forgets the last frame
+// and the view fixes (a picture of the page they captured must not be
+// re-sent as a new page's keyframe); it returns the loops' done channels,
+// to wait on outside the lock.
+func (s *Session) stopCapturesLocked() []chan struct{} {
+	var stopped []chan struct{}
+	for mode, r := range s.captures {
+		r.cancel()
+		stopped = append(stopped, r.done)
+		delete(s.captures, mode)
+	}
+	s.lastFrame.Store(nil)
+	s.viewFixes.Store(0)
+	s.viewFixedAt.Store(0)
+	return stopped
 }
