@@ -358,7 +358,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	watchdogDone := make(chan struct{})
 	go func() {
 		defer close(watchdogDone)
-		watchdog(wctx, notify, watchdogEvery(), a.liveness(ln.Addr(), srv.TLSConfig != nil), log)
+		// The gate's TLS config, not srv.TLSConfig: Serve sets the latter
+		// (HTTP/2 set-up) on a plain HTTP server too.
+		watchdog(wctx, notify, watchdogEvery(), a.liveness(ln.Addr(), a.gate.tlsConf != nil), log)
 	}()
 	defer func() {
 		stopWatchdog()
