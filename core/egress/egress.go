@@ -364,24 +364,9 @@ func (l *Listener) dialChecked(ctx context.Context, _, hostport string) (net.Con
 	if err != nil || port == 0 {
 		return nil, l.refuse(host, "bad port")
 	}
-	name := ""
-	var addrs []netip.Addr
-	if a, err := netip.ParseAddr(host); err == nil {
-		if a.Zone() != "" {
-			return nil, l.refuse(host, "zoned address")
-		}
-		addrs = []netip.Addr{a.Unmap()}
-	} else {
-		name = strings.TrimSuffix(strings.ToLower(host), ".")
-		rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
-		got, err := l.p.o.Resolver.LookupNetIP(rctx, "ip", name)
-		cancel()
-		if err != nil || len(got) == 0 {
-			return nil, l.refuse(host, "host does not resolve")
-		}
-		for _, a := range got {
-			addrs = append(addrs, a.Unmap())
-		}
+	name, addrs, why := l.p.resolve(ctx, host)
+	if why != "" {
+		return nil, l.refuse(host, why)
 	}
 	var allowed []netip.Addr
 	firstReason := ""
@@ -462,33 +447,46 @@ func (p *Proxy) CheckUpstream(ctx context.Context, up *Upstream) error {
 	if err != nil || port == 0 {
 		return fmt.Errorf("egress: upstream proxy %s: bad port (bad_proxy)", up)
 	}
-	host := up.Host()
-	var addrs []netip.Addr
-	name := ""
-	if a, err := netip.ParseAddr(host); err == nil {
-		addrs = []netip.Addr{a.Unmap()}
-	} else {
-		name = strings.ToLower(host)
-		rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
-		got, err := p.o.Resolver.LookupNetIP(rctx, "ip", name)
-		cancel()
-		if err != nil || len(got) == 0 {
-			return fmt.Errorf("egress: upstream proxy %s does not resolve (bad_proxy)", up)
-		}
-		addrs = got
+	name, addrs, why := p.resolve(ctx, up.Host())
+	if why != "" {
+		return fmt.Errorf("egress: upstream proxy %s: %s (bad_proxy)", up, why)
 	}
 	for _, a := range addrs {
-		if why := p.o.Decider.Refuse(name, a.Unmap(), uint16(port)); why != "" {
+		if why := p.o.Decider.Refuse(name, a, uint16(port)); why != "" {
 			return fmt.Errorf("egress: upstream proxy %s refused by policy: %s (bad_proxy)", up, why)
 		}
 	}
 	// Pinned to the address checked: the upstream's name is not
 	// resolved again (it could answer differently the next time).
-	up.addr = netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)).String()
+	up.addr = netip.AddrPortFrom(addrs[0], uint16(port)).String()
 	return nil
 }
 
 // isLocal is an address the box reaches on its own networks.
 func isLocal(a netip.Addr) bool {
 	return a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsUnspecified()
+}
+
+// resolve reads host once: an IP literal as it is, a name through the
+// resolver (2 s, fail closed). It returns the lowercase name ("" for a
+// literal), the unmapped addresses, or why there are none.
+func (p *Proxy) resolve(ctx context.Context, host string) (string, []netip.Addr, string) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return "", nil, "zoned address"
+		}
+		return "", []netip.Addr{a.Unmap()}, ""
+	}
+	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	got, err := p.o.Resolver.LookupNetIP(rctx, "ip", name)
+	if err != nil || len(got) == 0 {
+		return "", nil, "host does not resolve"
+	}
+	addrs := make([]netip.Addr, len(got))
+	for i, a := range got {
+		addrs[i] = a.Unmap()
+	}
+	return name, addrs, ""
 }
