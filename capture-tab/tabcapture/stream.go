@@ -62,6 +62,7 @@ type stream struct {
 	needKey  bool
 	askedKey time.Time
 	lost     uint64 // frames (VP8) or RTP packets (H.264) lost before the slot
+	stale    uint64 // repeated or late VP8 frames skipped
 
 	ended   chan error // cap 1: the current binding's peer ended
 	sendErr chan error
@@ -168,7 +169,7 @@ func (s *stream) run(ctx context.Context) error {
 		close(s.quit)
 		wg.Wait()
 		s.mu.Lock()
-		s.log.Info("stream ended", "frames", s.seq, "dropped", s.dropped, "lost", s.lost)
+		s.log.Info("stream ended", "frames", s.seq, "dropped", s.dropped, "lost", s.lost, "stale", s.stale)
 		s.mu.Unlock()
 		_ = srv.Close()
 		s.closePeer()
@@ -610,7 +611,7 @@ func (s *stream) readTrack(tr *webrtc.TrackRemote) {
 	}))
 	var padding, dropped, lostSeen int64
 	var lastPID uint16
-	havePID := false
+	havePID, staleRun := false, 0
 	for {
 		pkt, _, err := tr.ReadRTP()
 		if err != nil {
@@ -630,9 +631,33 @@ func (s *stream) readTrack(tr *webrtc.TrackRemote) {
 		for smp := sb.Pop(); smp != nil; smp = sb.Pop() {
 			h, _ := smp.Metadata.(head)
 			if h.hasID {
-				mask := uint16(0x7fff)
-				if havePID && h.pid != (lastPID+1)&mask {
-					s.lostFrames(int((h.pid - lastPID - 1) & mask))
+				// Chromium sends the 15-bit PictureID. A step of one is
+				// the next frame; a step forward of more is a loss. A
+				// step of zero or backwards (the upper half of the ring)
+				// is a repeat or a late frame (a retransmission that
+				// came after the marker's flush): stale, so it is
+				// skipped, and it is no loss — counting it as one (a
+				// step of 32767) dropped every delta until the next
+				// keyframe and stormed Chromium with PLIs.
+				// maxStaleRun frames "behind" in a row mean the sender's
+				// numbering jumped (never seen; cheap to survive).
+				const mask, maxStaleRun = 0x7fff, 30
+				if havePID {
+					step := (h.pid - lastPID) & mask
+					if (step == 0 || step >= mask/2) && staleRun < maxStaleRun {
+						staleRun++
+						s.noteStale()
+						continue
+					}
+					switch {
+					case staleRun == maxStaleRun:
+						// Not stale after all: the numbering restarted.
+						// Start again from here, from a keyframe.
+						s.lostFrames(1)
+					case step > 1:
+						s.lostFrames(int(step - 1))
+					}
+					staleRun = 0
 				}
 				lastPID, havePID = h.pid, true
 			} else {
@@ -715,6 +740,13 @@ func (s *stream) offer(f capture.Frame) {
 	case s.ready <- struct{}{}:
 	default:
 	}
+}
+
+// noteStale counts a repeated or late frame that was skipped.
+func (s *stream) noteStale() {
+	s.mu.Lock()
+	s.stale++
+	s.mu.Unlock()
 }
 
 // lostFrames drops deltas until the next keyframe and asks for one.

@@ -168,7 +168,8 @@ func TestStream(t *testing.T) {
 		t.Logf("mean luma after navigation %.0f (before %.0f)", l, lastLuma(t, frames))
 	}
 
-	// 3. A keyframe request gives a keyframe within 1 s.
+	// 3. A keyframe request gives a keyframe (typically 20-40 ms; the
+	// bound is loose because a loaded 2-core CI box is no timing rig).
 	for i := range 3 {
 		time.Sleep(700 * time.Millisecond) // Chromium rate-limits keyframes
 		k0 := rec.count()
@@ -177,7 +178,7 @@ func TestStream(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got time.Duration
-		waitFor(t, time.Second, "a keyframe after the request", func() bool {
+		waitFor(t, 3*time.Second, "a keyframe after the request", func() bool {
 			fs, at := rec.snapshot()
 			for j := k0; j < len(fs); j++ {
 				if fs[j].Keyframe {
