@@ -322,12 +322,18 @@ func (s *stream) start(ctx context.Context, conn *cdpConn, off string) error {
 		defer cancel()
 		_ = conn.call(dctx, "", "Target.detachFromTarget", map[string]any{"sessionId": page}, nil)
 	}()
-	var old string
-	if err := conn.evaluate(ctx, page, "document.title", &old); err != nil {
-		return fmt.Errorf("read title: %w", err)
-	}
+	// The page may still be loading: its own <title> can be parsed (or
+	// set by script) while ours is on. So the restore touches the title
+	// only while it is still our marker, and when the page had no title
+	// element, it removes the one the marker created rather than write ""
+	// into it (that element, being first, would hide the page's own title
+	// for good: the panel showed "" after a navigation).
 	mk, _ := json.Marshal(s.c.marker)
-	if err := conn.evaluate(ctx, page, "document.title = "+string(mk)+", undefined", nil); err != nil {
+	var mark struct {
+		Old string `json:"old"`
+		Had bool   `json:"had"`
+	}
+	if err := conn.evaluate(ctx, page, `(() => { const r = {old: document.title, had: document.querySelector("title") !== null}; document.title = `+string(mk)+`; return r; })()`, &mark); err != nil {
 		return fmt.Errorf("mark title: %w", err)
 	}
 	cfg, _ := json.Marshal(map[string]any{
@@ -348,10 +354,16 @@ func (s *stream) start(ctx context.Context, conn *cdpConn, off string) error {
 	err = conn.call(ctx, off, "Runtime.evaluate", map[string]any{
 		"expression": "tabcastStart(" + string(cfg) + ")", "awaitPromise": true, "returnByValue": true, "userGesture": true,
 	}, &r)
-	ot, _ := json.Marshal(old)
+	ot, _ := json.Marshal(mark.Old)
+	restore := `(() => { if (document.title !== ` + string(mk) + `) return; const t = document.querySelector("title");`
+	if mark.Had {
+		restore += ` document.title = ` + string(ot) + `; })()`
+	} else {
+		restore += ` if (t) t.remove(); })()`
+	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer rcancel()
-	if rerr := conn.evaluate(rctx, page, "document.title = "+string(ot)+", undefined", nil); rerr != nil {
+	if rerr := conn.evaluate(rctx, page, restore, nil); rerr != nil {
 		s.log.Warn("restore title", "err", rerr)
 	}
 	if err != nil {
