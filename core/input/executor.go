@@ -121,6 +121,12 @@ type Executor struct {
 	kick         chan struct{}
 
 	fetchQ chan *fetch.EventRequestPaused
+
+	// egressRefused counts main-frame documents the egress proxy refused;
+	// egressCount (under smu; nil without one) reads the session's egress
+	// refusal count. See egress.go.
+	egressRefused atomic.Uint64
+	egressCount   func() uint64
 }
 
 // New attaches an Executor to page: it listens to the page's events,
@@ -188,9 +194,13 @@ func (e *Executor) init() error {
 	}
 
 	// Every document request (top level and frames, redirects included)
-	// passes the navigation policy, not only the navigate action.
+	// passes the navigation policy, not only the navigate action; every
+	// document response is looked at for the egress proxy's refusal (see
+	// egress.go).
 	if _, err := cdp.Call(ctx, e.t, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{
 		URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest,
+	}, {
+		URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageResponse,
 	}}}); err != nil {
 		return fmt.Errorf("fetch enable: %w", err)
 	}
@@ -597,8 +607,13 @@ func (e *Executor) fetchLoop() {
 	}
 }
 
-// checkPaused applies the navigation policy to a document request.
+// checkPaused applies the navigation policy to a document request, and
+// notes a document response the egress proxy refused.
 func (e *Executor) checkPaused(ev *fetch.EventRequestPaused) {
+	if ev.ResponseStatusCode != 0 || ev.ResponseErrorReason != "" {
+		e.checkResponse(ev)
+		return
+	}
 	u := ""
 	if ev.Request != nil {
 		u = ev.Request.URL + ev.Request.URLFragment

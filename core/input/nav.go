@@ -21,6 +21,7 @@ func (e *Executor) navigate(ctx context.Context, raw string) error {
 	}
 	nctx, cancel := context.WithTimeout(ctx, navigateWait)
 	defer cancel()
+	mark := e.EgressMark()
 	res, err := call(nctx, e, page.Navigate, page.NavigateParams{URL: trimURL(raw)})
 	switch {
 	case errors.Is(err, errDialogPending):
@@ -31,6 +32,8 @@ func (e *Executor) navigate(ctx context.Context, raw string) error {
 		return err
 	case res.ErrorText == "net::ERR_BLOCKED_BY_CLIENT":
 		return errBlocked // the document request (or a redirect) was refused
+	case e.EgressBlocked(mark, res.ErrorText):
+		return ErrEgressBlocked
 	case res.ErrorText != "":
 		msg := "navigation failed"
 		if netError.MatchString(res.ErrorText) {

@@ -70,3 +70,15 @@ func (s *Session) closeEgress() {
 		l.Close()
 	}
 }
+
+// egressRefused is the session's egress refusal count (0 without a
+// listener): the executor reads it around a navigation whose tunnel failed.
+func (s *Session) egressRefused() uint64 {
+	s.mu.Lock()
+	l := s.egress
+	s.mu.Unlock()
+	if l == nil {
+		return 0
+	}
+	return l.Refused()
+}

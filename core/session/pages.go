@@ -137,7 +137,7 @@ func (x *pageExec) unlock() { <-x.turn }
 // newTabExec attaches an executor to t's page; its events reach the
 // viewers only while t is current.
 func (s *Session) newTabExec(t *tab) (*input.Executor, error) {
-	return input.New(t.page, s.m.cfg.Input, input.Events{
+	ex, err := input.New(t.page, s.m.cfg.Input, input.Events{
 		OnPageState: func(ps input.PageState) {
 			s.vetLater(t, ps.URL)
 			if s.isCurrent(t) {
@@ -155,6 +155,11 @@ func (s *Session) newTabExec(t *tab) (*input.Executor, error) {
 			}
 		},
 	}, s.log.With("component", "input", "tab", shortTab(t.id)))
+	if err != nil {
+		return nil, err
+	}
+	ex.SetEgressCount(s.egressRefused)
+	return ex, nil
 }
 
 func shortTab(id string) string {

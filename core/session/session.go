@@ -602,7 +602,27 @@ func (s *Session) Navigate(ctx context.Context, url string) error {
 	if err := s.m.cfg.Input.CheckURL(ctx, url); err != nil {
 		return err
 	}
-	if err := s.Page().Navigate(ctx, url); err != nil {
+	var ex *input.Executor
+	s.mu.Lock()
+	if s.ex != nil {
+		ex = s.ex.cur.Load()
+	}
+	s.mu.Unlock()
+	var mark input.EgressMark
+	if ex != nil {
+		mark = ex.EgressMark()
+	}
+	err := s.Page().Navigate(ctx, url)
+	if ex != nil {
+		netErr := ""
+		if err != nil {
+			netErr = netErrRE.FindString(err.Error())
+		}
+		if ex.EgressBlocked(mark, netErr) {
+			return input.ErrEgressBlocked
+		}
+	}
+	if err != nil {
 		// A page that does not load is the URL's problem, not the
 		// appliance's: say so with Chromium's net error code (never the URL).
 		if code := netErrRE.FindString(err.Error()); code != "" {

@@ -59,10 +59,13 @@ func TestEgressHoldsAgainstTheRig(t *testing.T) {
 		for _, u := range []string{
 			// Two public answers: the navigate action's check and the
 			// document request's interception each see a public address;
-			// the lookup that connects gets the private one.
-			"http://rb-lan2-p3-nav.evil.test/admin",
-			"http://rb-meta-p3-nav.evil.test/latest/meta-data/iam/security-credentials/",
-			"http://rb-lo-p3-nav.evil.test:" + strings.Split(lo, ":")[1] + "/",
+			// the lookup that connects (the egress proxy's) gets the
+			// private one. (With a third public answer the proxy would
+			// connect to the public host and nothing would be attacked:
+			// navigation_blocked below proves the wall was hit.)
+			"http://rb-lan2-p2-nav.evil.test/admin",
+			"http://rb-meta-p2-nav.evil.test/latest/meta-data/iam/security-credentials/",
+			"http://rb-lo-p2-nav.evil.test:" + strings.Split(lo, ":")[1] + "/",
 		} {
 			_, res := agentDo(t, a, s.ID, map[string]any{"command": "navigate", "url": u})
 			name := strings.Split(strings.TrimPrefix(u, "http://"), "/")[0]
@@ -77,6 +80,17 @@ func TestEgressHoldsAgainstTheRig(t *testing.T) {
 				t.Errorf("%s: the page read back an internal host: %s", u, txt.Data)
 			}
 			t.Logf("%s: %d lookups, navigate error %+v", u, r.DNSAsked(strings.Split(name, ":")[0]), res.Error)
+			// Only the egress proxy saw the private answer: the action
+			// still says blocked, not success with a block page.
+			if res.Error == nil || res.Error.Code != "navigation_blocked" {
+				t.Errorf("%s: navigate answered %+v, want navigation_blocked", u, res.Error)
+			}
+		}
+		// The same through the HTTP API's navigate.
+		st, body, _ := call{method: "POST", path: "/api/v1/sessions/" + s.ID + "/navigate",
+			body: `{"url":"http://rb-meta-p2-api.evil.test/latest/meta-data/"}`, token: a.Token}.do(t, a)
+		if !strings.Contains(body, `"navigation_blocked"`) || strings.Contains(body, "meta-data") {
+			t.Errorf("API navigate to a rebinding name: %d %s, want navigation_blocked without the URL", st, body)
 		}
 		noDeniedHits(t, r, "navigate to rebinding names")
 	})
