@@ -96,10 +96,17 @@ func TestEgressHoldsAgainstTheRig(t *testing.T) {
 	})
 
 	t.Run("rebinding through the page's own location.href", func(t *testing.T) {
-		r.SetPage("/jump", `<html><body>jumping<script>setTimeout(()=>{location.href="http://rb-meta-p2-jump.evil.test/latest/meta-data/"},100)</script></body></html>`)
+		// One public answer, for the document request's interception; the
+		// proxy's lookup gets the metadata address and shows its block page
+		// (which proves the wall, not the first check, stopped it).
+		r.SetPage("/jump", `<html><body>jumping<script>setTimeout(()=>{location.href="http://rb-meta-p1-jump.evil.test/latest/meta-data/"},100)</script></body></html>`)
 		mustAgent(t, a, s.ID, map[string]any{"command": "navigate", "url": "http://pub.evil.test/jump"})
 		settle()
-		t.Logf("rb-meta-p2-jump: %d lookups", r.DNSAsked("rb-meta-p2-jump.evil.test"))
+		t.Logf("rb-meta-p1-jump: %d lookups", r.DNSAsked("rb-meta-p1-jump.evil.test"))
+		txt := mustAgent(t, a, s.ID, map[string]any{"command": "get", "what": "text", "selector": "body"})
+		if !strings.Contains(string(txt.Data), "Blocked by the appliance") {
+			t.Errorf("after location.href to a rebinding name the page shows %s, want the egress proxy's block page", txt.Data)
+		}
 		noDeniedHits(t, r, "location.href to a rebinding name")
 	})
 
