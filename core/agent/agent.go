@@ -193,7 +193,7 @@ type driver struct {
 	user string
 
 	mu         sync.Mutex
-	attacher   *snapshot.Attacher // its own CDP connection, for OOPIFs; lazily
+	attacher   *snapshot.Attacher // OOPIF sessions on the browser's shared connection; lazily
 	controlSeq uint64
 	pointerSeq uint64
 	nextID     uint64
@@ -209,16 +209,23 @@ const ledgerSize = 256
 // Without an attacher (it failed to connect) OOPIFs show as unreachable.
 func (d *driver) page(ctx context.Context) snapshot.Page {
 	pg := d.s.Page()
+	if d.attacher != nil && d.attacher.Broken() {
+		// The browser's connection closed under it: attach anew over the
+		// next one.
+		_ = d.attacher.Close()
+		d.attacher = nil
+	}
 	if d.attacher == nil {
-		if url := d.s.BrowserWSURL(); url != "" {
-			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			a, err := snapshot.NewAttacher(actx, url)
-			cancel()
-			if err != nil {
-				d.sv.log.Warn("agent: frames attacher", "err", err)
-				return pg
-			}
-			d.attacher = a
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := d.s.BrowserConn(actx)
+		cancel()
+		switch {
+		case errors.Is(err, session.ErrNoBrowser):
+		case err != nil:
+			d.sv.log.Warn("agent: frames attacher", "err", err)
+			return pg
+		default:
+			d.attacher = snapshot.NewAttacher(conn)
 		}
 	}
 	if d.attacher == nil {

@@ -13,27 +13,21 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/storage"
-	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/remote"
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/snapshot"
 )
 
-// onBrowser runs fn with a chromedp context on the session's browser over
-// a connection of its own, for the commands of the browser endpoint (the
-// page's session may not name a browser context).
-func (d *driver) onBrowser(ctx context.Context, fn func(bctx context.Context) error) error {
-	url := d.s.BrowserWSURL()
-	if url == "" {
-		return errorf(CodeNotReady, true, "", "the session's browser is not reachable")
+// browserConn is the session's browser's shared connection, for the
+// commands of the browser endpoint (the page's session may not name a
+// browser context).
+func (d *driver) browserConn(ctx context.Context) (*browser.BrowserConn, error) {
+	conn, err := d.s.BrowserConn(ctx)
+	if errors.Is(err, session.ErrNoBrowser) {
+		return nil, errorf(CodeNotReady, true, "", "the session's browser is not reachable")
 	}
-	actx, acancel := remote.NewAllocator(context.Background(), url, remote.NoModifyURL)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	stop := context.AfterFunc(ctx, bcancel)
-	defer stop()
-	return fn(bctx)
+	return conn, err
 }
 
 // CookieInput is a cookie to set, or (get, clear) a filter by name and
@@ -89,11 +83,11 @@ func (d *driver) cookies(ctx context.Context, r Request) (*Result, error) {
 	}
 	switch strings.ToLower(r.Op) {
 	case "", "get":
-		var res storage.GetCookiesResult
-		err := d.onBrowser(ctx, func(b context.Context) (err error) {
-			res, err = chromedp.CallBrowser(b, storage.GetCookies, storage.GetCookiesParams{BrowserContextID: bctx})
-			return err
-		})
+		conn, err := d.browserConn(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("agent: get cookies: %w", err)
+		}
+		res, err := cdp.Call(ctx, conn, storage.GetCookies, storage.GetCookiesParams{BrowserContextID: bctx})
 		if err != nil {
 			return nil, fmt.Errorf("agent: get cookies: %w", err)
 		}
@@ -145,10 +139,11 @@ func (d *driver) cookies(ctx context.Context, r Request) (*Result, error) {
 			}
 			p.URL = href
 		}
-		err := d.onBrowser(ctx, func(b context.Context) error {
-			_, err := chromedp.CallBrowser(b, storage.SetCookies, storage.SetCookiesParams{Cookies: []*network.CookieParam{p}, BrowserContextID: bctx})
-			return err
-		})
+		conn, err := d.browserConn(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("agent: set cookie: %w", err)
+		}
+		_, err = cdp.Call(ctx, conn, storage.SetCookies, storage.SetCookiesParams{Cookies: []*network.CookieParam{p}, BrowserContextID: bctx})
 		var ce *cdproto.Error
 		if errors.As(err, &ce) {
 			return nil, errorf(action.CodeInvalidArgument, false, "check the cookie's name, domain, url and flags", "the browser refused the cookie")
@@ -169,11 +164,11 @@ func (d *driver) cookies(ctx context.Context, r Request) (*Result, error) {
 			}
 			return &Result{OK: true, Summary: "deleted the matching cookies"}, nil
 		}
-		err := d.onBrowser(ctx, func(b context.Context) error {
-			_, err := chromedp.CallBrowser(b, storage.ClearCookies, storage.ClearCookiesParams{BrowserContextID: bctx})
-			return err
-		})
+		conn, err := d.browserConn(ctx)
 		if err != nil {
+			return nil, fmt.Errorf("agent: clear cookies: %w", err)
+		}
+		if _, err := cdp.Call(ctx, conn, storage.ClearCookies, storage.ClearCookiesParams{BrowserContextID: bctx}); err != nil {
 			return nil, fmt.Errorf("agent: clear cookies: %w", err)
 		}
 		return &Result{OK: true, Summary: "cleared every cookie of the session"}, nil

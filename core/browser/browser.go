@@ -1,6 +1,31 @@
 // Package browser runs one headless Chromium for the core: it launches the
 // process (bound to loopback CDP, in its own process group, dying with us),
 // watches it, opens isolated pages and tears everything down.
+//
+// It is also the only core package that connects to Chromium's DevTools
+// socket (a test greps the others); everything else borrows a connection:
+//
+//   - The control connection (chromedp) carries each Page's attached
+//     session: Page.Target for cdp.Call and cdp.Events, Page.Listen.
+//   - A PageConn (Page.DialConn) is a socket of its own to one page for
+//     pipelined commands: Send writes and returns, the Reply is waited for
+//     later. Input sends a click's press and release back to back on it,
+//     one round trip for both.
+//   - The BrowserConn (Browser.Conn) is one shared socket to the browser
+//     endpoint, multiplexed by flattened session id, with a bounded number
+//     of commands in flight, closed with the browser. Agents use it for
+//     browser-level commands (cookies of a BrowserContext) and for
+//     sessions attached to out-of-process iframes (AttachTarget).
+//
+// A CDP proxy (a session-scoped, filtered CDP WebSocket for Playwright or
+// Puppeteer) builds on the BrowserConn: it attaches a flattened session to
+// the session's page (AttachTarget), forwards each client command as raw
+// JSON with Send(ctx, sessionID, method, jsonv2.Value) — after its filter
+// — mapping the client's id to the Reply it gets (the connection numbers
+// commands itself), and forwards that session's events from
+// Listen(sessionID, ...) (Target.attachedToTarget/detachedFromTarget for
+// child sessions arrive on the parent session, "" for the browser's own).
+// The in-flight bound keeps one client from flooding the shared socket.
 package browser
 
 import (
@@ -76,6 +101,9 @@ type Browser struct {
 
 	mu        sync.Mutex
 	pages     map[*Page]struct{}
+	pageConns map[*PageConn]struct{} // open PageConns: Close closes them
+	conn      *BrowserConn           // the shared one, once dialed
+	connMu    sync.Mutex             // serializes dialing conn
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -133,12 +161,13 @@ func Launch(ctx context.Context, o Options) (*Browser, error) {
 		return nil, fmt.Errorf("browser: start %s: %w", o.Path, err)
 	}
 	b := &Browser{
-		log:     log.With("chromium_pid", proc.pid),
-		proc:    proc,
-		rootDir: rootDir,
-		done:    make(chan struct{}),
-		closing: make(chan struct{}),
-		pages:   map[*Page]struct{}{},
+		log:       log.With("chromium_pid", proc.pid),
+		proc:      proc,
+		rootDir:   rootDir,
+		done:      make(chan struct{}),
+		closing:   make(chan struct{}),
+		pages:     map[*Page]struct{}{},
+		pageConns: map[*PageConn]struct{}{},
 	}
 	b.watchWG.Add(1)
 	go b.watch()
@@ -308,13 +337,22 @@ func (b *Browser) close() error {
 	b.watchWG.Wait()
 	b.proc.stopReader(time.Second)
 
-	// The connection is gone with the process; release chromedp's side.
+	// The connections are gone with the process; release our side.
 	b.mu.Lock()
 	pages := b.pages
 	b.pages = map[*Page]struct{}{}
+	conns := b.pageConns
+	b.pageConns = map[*PageConn]struct{}{}
+	conn := b.conn
 	b.mu.Unlock()
 	for p := range pages {
 		p.release()
+	}
+	for c := range conns {
+		c.w.close()
+	}
+	if conn != nil {
+		conn.w.close()
 	}
 	if b.cancelRoot != nil {
 		b.cancelRoot()

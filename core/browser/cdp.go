@@ -3,7 +3,6 @@ package browser
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/chromedp/chromedp"
 )
@@ -23,14 +22,4 @@ func (p *Page) Listen(fn func(ev any)) (stop func(), err error) {
 		return func() {}, fmt.Errorf("browser: listen: %w", err)
 	}
 	return cancel, nil
-}
-
-// DevToolsURL is the page's own DevTools WebSocket address (loopback), for
-// a connection to this page alone.
-func (p *Page) DevToolsURL() string {
-	base, _, ok := strings.Cut(p.b.wsURL, "/devtools/")
-	if !ok {
-		return ""
-	}
-	return base + "/devtools/page/" + string(p.targetID)
 }

@@ -101,8 +101,8 @@ type Executor struct {
 	// mu serializes Execute and guards the input state below.
 	mu        sync.Mutex
 	producers map[string]*held
-	pos       [2]float64 // last pointer position, CSS px
-	pipe      *pipe      // own connection to the page, for pipelined input; lazily
+	pos       [2]float64        // last pointer position, CSS px
+	pipe      *browser.PageConn // own connection to the page, for pipelined input; lazily
 	pipeTried time.Time
 	last      click
 	clip      string // the page's clipboard (see clipboard.go)
@@ -234,7 +234,7 @@ func (e *Executor) Close() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if e.pipe != nil {
-			e.pipe.close()
+			e.pipe.Close()
 			e.pipe = nil
 		}
 		for id := range e.producers {

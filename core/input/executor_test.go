@@ -632,9 +632,8 @@ func TestClickActionFallback(t *testing.T) {
 	h.do(action.Action{Kind: action.Click, X: nx, Y: ny, Button: "left", ClickCount: 1})
 	h.ex.mu.Lock()
 	first := h.ex.pipe
-	first.conn.Close() // as when Chromium drops the socket
+	first.Close() // as when Chromium drops the socket
 	h.ex.mu.Unlock()
-	<-first.done
 	h.ex.mu.Lock()
 	h.ex.pipeTried = time.Now() // within pipeRetry: no new dial yet
 	h.ex.mu.Unlock()

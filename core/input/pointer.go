@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/cdproto/input"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/browser"
 )
 
 const (
@@ -222,10 +223,10 @@ type pipeCmd struct {
 // command is sent even when an earlier one failed: the later ones end what
 // the earlier began (a release after its press).
 func (e *Executor) sequence(ctx context.Context, cmds ...pipeCmd) error {
-	var replies []reply
+	var replies []browser.Reply
 	if p := e.inputPipe(ctx); p != nil {
 		for _, c := range cmds {
-			r, err := p.send(c.method, c.params)
+			r, err := p.Send(c.method, c.params)
 			if err != nil {
 				break // the rest go the slow way, after the ones sent
 			}
@@ -235,8 +236,8 @@ func (e *Executor) sequence(ctx context.Context, cmds ...pipeCmd) error {
 	var errs []error
 	closed := false
 	for _, r := range replies {
-		err := r.wait(ctx)
-		closed = closed || errors.Is(err, errPipeClosed)
+		err := r.Wait(ctx)
+		closed = closed || errors.Is(err, browser.ErrConnClosed)
 		errs = append(errs, err)
 	}
 	if closed && len(replies) == len(cmds) {
@@ -254,22 +255,18 @@ func (e *Executor) sequence(ctx context.Context, cmds ...pipeCmd) error {
 // inputPipe returns the executor's own connection to the page, dialing it
 // when there is none (at most every pipeRetry after a failure), or nil:
 // callers then fall back to the page's shared connection.
-func (e *Executor) inputPipe(ctx context.Context) *pipe {
-	if e.pipe != nil && e.pipe.closed() {
-		e.pipe.close()
+func (e *Executor) inputPipe(ctx context.Context) *browser.PageConn {
+	if e.pipe != nil && e.pipe.Closed() {
+		e.pipe.Close()
 		e.pipe = nil
 	}
 	if e.pipe != nil || e.page == nil || e.now().Sub(e.pipeTried) < pipeRetry {
 		return e.pipe
 	}
 	e.pipeTried = e.now()
-	url := e.page.DevToolsURL()
-	if url == "" {
-		return nil
-	}
 	dctx, cancel := context.WithTimeout(ctx, pipeDial)
 	defer cancel()
-	p, err := dialPipe(dctx, url)
+	p, err := e.page.DialConn(dctx)
 	if err != nil {
 		// The error would name the DevTools address: logs get none.
 		e.log.Debug("input: own connection to the page failed; a click or key press takes two round trips", "timeout", errors.Is(err, context.DeadlineExceeded))

@@ -37,7 +37,9 @@ type PluginHandle interface {
 
 // Browser is what sessions need from the running Chromium.
 type Browser interface {
-	WSURL() string
+	WSURL() string // for the capture plugins, which connect themselves
+	// Conn is the browser's shared DevTools connection (agents).
+	Conn(ctx context.Context) (*browser.BrowserConn, error)
 	NewPage(ctx context.Context, o browser.PageOptions) (*browser.Page, error)
 	// AttachPage, NewTab, CloseTarget and WatchPages serve a session's
 	// other tabs (pages.go).

@@ -320,14 +320,20 @@ func (s *Session) Page() *browser.Page {
 	return s.page
 }
 
-// BrowserWSURL is the DevTools address of the Chromium holding the page.
-func (s *Session) BrowserWSURL() string {
+// ErrNoBrowser is BrowserConn's error before the session has a browser.
+var ErrNoBrowser = errors.New("session: no browser yet")
+
+// BrowserConn is the shared DevTools connection of the Chromium holding
+// the page (browser-level commands, out-of-process iframes); the browser
+// owns and closes it.
+func (s *Session) BrowserConn(ctx context.Context) (*browser.BrowserConn, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.browser == nil {
-		return ""
+	b := s.browser
+	s.mu.Unlock()
+	if b == nil {
+		return nil, ErrNoBrowser
 	}
-	return s.browser.WSURL()
+	return b.Conn(ctx)
 }
 
 // Viewport is the page's size in CSS pixels.

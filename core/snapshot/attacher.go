@@ -5,112 +5,102 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
-	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/runtime"
-	"github.com/chromedp/cdproto/target"
-	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/remote"
+
+	"github.com/tabcast/tabcast/core/browser"
 )
 
 // maxAttached bounds the cached OOPIF sessions of an Attacher.
 const maxAttached = 64
 
-// Attacher is a FrameAttacher over its own CDP connection to the browser
-// (the page's chromedp session does not route OOPIF child sessions). It
-// attaches to OOPIF targets on demand, caches the sessions (at most 64; a
-// detached one is replaced) and detaches them on Close, leaving the frames
-// running. It is safe for concurrent use.
+// detachTimeout bounds the detach of one session that Close or an eviction
+// gives up.
+const detachTimeout = 2 * time.Second
+
+// Attacher is a FrameAttacher over the browser's shared connection
+// (browser.BrowserConn; the page's chromedp session does not route OOPIF
+// child sessions). It attaches to OOPIF targets on demand, caches the
+// sessions (at most 64; a detached one is replaced) and detaches them on
+// Close, leaving the frames running and the connection open (the browser
+// owns it). It is safe for concurrent use.
 type Attacher struct {
-	allocCancel context.CancelFunc
-	rootCtx     context.Context
-	rootCancel  context.CancelFunc
+	conn *browser.BrowserConn
 
 	mu     sync.Mutex
 	closed bool
-	frames map[target.ID]*attached
-	order  []target.ID
+	frames map[string]*browser.Session
+	order  []string
 }
 
-type attached struct {
-	cancel context.CancelFunc
-	t      *chromedp.Target
+// NewAttacher attaches over conn (as browser.Browser.Conn returns).
+func NewAttacher(conn *browser.BrowserConn) *Attacher {
+	return &Attacher{conn: conn, frames: map[string]*browser.Session{}}
 }
 
-// NewAttacher connects to the browser's DevTools websocket URL (as
-// browser.Browser.WSURL returns). ctx bounds the connection only.
-func NewAttacher(ctx context.Context, wsURL string) (*Attacher, error) {
-	actx, acancel := remote.NewAllocator(context.Background(), wsURL, remote.NoModifyURL)
-	rctx, rcancel := chromedp.NewContext(actx)
-	stop := context.AfterFunc(ctx, rcancel)
-	_, err := chromedp.CallBrowser(rctx, cdpbrowser.GetVersion, cdp.Empty{})
-	if !stop() {
-		err = fmt.Errorf("%w (result: %v)", ctx.Err(), err)
+// Broken reports whether the connection the Attacher uses closed: no frame
+// attaches any more, and a new Attacher over a new connection is needed.
+func (a *Attacher) Broken() bool {
+	select {
+	case <-a.conn.Done():
+		return true
+	default:
+		return false
 	}
-	if err != nil {
-		rcancel()
-		acancel()
-		return nil, fmt.Errorf("snapshot: attacher connect: %w", err)
-	}
-	return &Attacher{allocCancel: acancel, rootCtx: rctx, rootCancel: rcancel, frames: map[target.ID]*attached{}}, nil
 }
 
 // AttachFrame implements FrameAttacher.
 func (a *Attacher) AttachFrame(ctx context.Context, targetID string) (cdp.Session, error) {
-	id := target.ID(targetID)
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
 		return nil, errors.New("snapshot: attacher closed")
 	}
-	at := a.frames[id]
+	at := a.frames[targetID]
 	a.mu.Unlock()
 	if at != nil {
-		if _, err := cdp.Call(ctx, at.t, runtime.Evaluate, runtime.EvaluateParams{Expression: "1"}); err == nil {
-			return at.t, nil
+		if _, err := cdp.Call(ctx, at, runtime.Evaluate, runtime.EvaluateParams{Expression: "1"}); err == nil {
+			return at, nil
 		}
-		a.drop(id, at)
+		a.drop(targetID, at)
 	}
 
-	fctx, fcancel := chromedp.NewContext(a.rootCtx, chromedp.WithTargetID(id), chromedp.WithDetachOnCancel())
-	stop := context.AfterFunc(ctx, fcancel)
-	var t *chromedp.Target
-	err := chromedp.Do(fctx, chromedp.Func(func(_ context.Context, tt *chromedp.Target) error {
-		t = tt
-		return nil
-	}))
-	if !stop() {
-		err = fmt.Errorf("%w (result: %v)", ctx.Err(), err)
-	}
+	s, err := a.conn.AttachTarget(ctx, targetID)
 	if err != nil {
-		fcancel()
 		return nil, fmt.Errorf("snapshot: attach frame %s: %w", targetID, err)
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.closed {
-		fcancel()
+		a.mu.Unlock()
+		detach(s)
 		return nil, errors.New("snapshot: attacher closed")
 	}
-	if old := a.frames[id]; old != nil { // a concurrent attach won
-		fcancel()
-		return old.t, nil
+	if old := a.frames[targetID]; old != nil { // a concurrent attach won
+		a.mu.Unlock()
+		detach(s)
+		return old, nil
 	}
-	a.frames[id] = &attached{cancel: fcancel, t: t}
-	a.order = append(a.order, id)
+	a.frames[targetID] = s
+	a.order = append(a.order, targetID)
+	var evicted []*browser.Session
 	for len(a.order) > maxAttached {
 		oldest := a.order[0]
 		a.order = a.order[1:]
 		if o := a.frames[oldest]; o != nil {
 			delete(a.frames, oldest)
-			go o.cancel()
+			evicted = append(evicted, o)
 		}
 	}
-	return t, nil
+	a.mu.Unlock()
+	for _, o := range evicted {
+		detach(o)
+	}
+	return s, nil
 }
 
-func (a *Attacher) drop(id target.ID, at *attached) {
+func (a *Attacher) drop(id string, at *browser.Session) {
 	a.mu.Lock()
 	if a.frames[id] == at {
 		delete(a.frames, id)
@@ -122,10 +112,18 @@ func (a *Attacher) drop(id target.ID, at *attached) {
 		}
 	}
 	a.mu.Unlock()
-	at.cancel()
+	detach(at)
 }
 
-// Close detaches every OOPIF session and closes the connection.
+// detach ends s, best effort: a session that cannot be detached went with
+// its target or its connection.
+func detach(s *browser.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), detachTimeout)
+	defer cancel()
+	_ = s.Detach(ctx)
+}
+
+// Close detaches every OOPIF session. The connection stays open.
 func (a *Attacher) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -137,9 +135,7 @@ func (a *Attacher) Close() error {
 	a.frames = nil
 	a.mu.Unlock()
 	for _, f := range frames {
-		f.cancel()
+		detach(f)
 	}
-	a.rootCancel()
-	a.allocCancel()
 	return nil
 }

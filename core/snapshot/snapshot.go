@@ -20,8 +20,8 @@
 //
 // What the core supplies: a Page (Target() *chromedp.Target; *browser.Page
 // has it), the page revision it bumps on main-frame navigation, and, for
-// cross-site iframes, an Attacher built from the browser's DevTools
-// websocket URL (browser.Browser.WSURL), joined with WithFrames. Close the
+// cross-site iframes, an Attacher over the browser's shared
+// connection (browser.Browser.Conn), joined with WithFrames. Close the
 // Attacher when the browser goes; Forget a page in the Snapshotter when it
 // closes.
 package snapshot

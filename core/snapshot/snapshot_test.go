@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -365,10 +366,11 @@ func TestIframesSameOriginAndOOPIF(t *testing.T) {
 	if _, err := Wait(ctx, p, WaitFor{Selector: "#cross"}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAttacher(ctx, testBrowser.WSURL())
+	conn, err := testBrowser.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	a := NewAttacher(conn)
 	defer a.Close()
 	fp := WithFrames(p, a)
 	var refs Refs
@@ -838,7 +840,8 @@ func TestConcurrentSnapshotter(t *testing.T) {
 }
 
 // TestAttacherClose checks that an Attacher leaves no goroutine behind
-// while the browser keeps running.
+// and no session attached while the browser (and its shared connection)
+// keeps running.
 func TestAttacherClose(t *testing.T) {
 	ctx := testCtx(t)
 	inner := serve(t, map[string]string{"/inner": innerPage})
@@ -848,14 +851,16 @@ func TestAttacherClose(t *testing.T) {
 	if _, err := Wait(ctx, p, WaitFor{Selector: "iframe"}); err != nil {
 		t.Fatal(err)
 	}
-	before := goleak.IgnoreCurrent()
-	a, err := NewAttacher(ctx, testBrowser.WSURL())
+	conn, err := testBrowser.Conn(ctx) // the browser's, dialed before the count
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := goleak.IgnoreCurrent()
+	a := NewAttacher(conn)
+	rec := &recordingAttacher{a: a}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		s, err := Take(ctx, WithFrames(p, a), Options{Interactive: true})
+		s, err := Take(ctx, WithFrames(p, rec), Options{Interactive: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -874,14 +879,36 @@ func TestAttacherClose(t *testing.T) {
 		t.Fatal("AttachFrame after Close succeeded")
 	}
 	goleak.VerifyNone(t, before)
-	// The frame survives the detach.
-	a2, err := NewAttacher(ctx, testBrowser.WSURL())
-	if err != nil {
-		t.Fatal(err)
+	if len(rec.seen) == 0 {
+		t.Fatal("no frame was attached")
 	}
+	for _, s := range rec.seen {
+		if _, err := cdp.Call(ctx, s, runtime.Evaluate, runtime.EvaluateParams{Expression: "1"}); err == nil {
+			t.Fatal("a session of the closed Attacher still answers")
+		}
+	}
+	// The frame survives the detach.
+	a2 := NewAttacher(conn)
 	defer a2.Close()
 	s, err := Take(ctx, WithFrames(p, a2), Options{Interactive: true})
 	if err != nil || !strings.Contains(s.Text(), `button "Press cross"`) {
 		t.Fatalf("after re-attach: %v\n%s", err, s.Text())
 	}
+}
+
+// recordingAttacher notes the sessions its Attacher hands out.
+type recordingAttacher struct {
+	a    *Attacher
+	mu   sync.Mutex
+	seen []cdp.Session
+}
+
+func (r *recordingAttacher) AttachFrame(ctx context.Context, targetID string) (cdp.Session, error) {
+	s, err := r.a.AttachFrame(ctx, targetID)
+	if err == nil {
+		r.mu.Lock()
+		r.seen = append(r.seen, s)
+		r.mu.Unlock()
+	}
+	return s, err
 }
