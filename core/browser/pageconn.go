@@ -11,10 +11,11 @@ import (
 // press and release of a click): calls on the page's attached session
 // (Target) are one round trip each. Chromium runs a connection's commands
 // in the order they arrive, so the page sees them in that order. A PageConn
-// enables no domain: it carries replies only. It takes no in-flight slot
-// and no lock beyond the write's, so a pipelined command costs what
-// writing it to the socket costs. It is closed by Close, by the browser's
-// Close, or when Chromium drops the socket (the page closed).
+// enables no domain: it carries replies only. It has no in-flight bound
+// (a Send never waits for a slot): a pipelined command costs its marshal
+// and the socket write, as input's own socket did before. It is closed by
+// Close, by the browser's Close, or when Chromium drops the socket (the
+// page closed).
 type PageConn struct {
 	w *wsConn
 	b *Browser
