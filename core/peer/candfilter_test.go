@@ -14,6 +14,7 @@ import (
 	"github.com/pion/webrtc/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/core/peer/peertest"
 	"github.com/tabcast/tabcast/core/telemetry"
@@ -106,7 +107,7 @@ func answered(t *testing.T, f *peer.Factory, src *peertest.Source, viewer netip.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	recv, err := peertest.NewReceiver(peer.Codecs, []string{"lo"}, nil)
+	recv, err := peertest.NewReceiver(media.Codecs, []string{"lo"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestPeerReflexiveFiltered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	recv, err := peertest.NewReceiver(peer.Codecs, []string{"lo"}, nil)
+	recv, err := peertest.NewReceiver(media.Codecs, []string{"lo"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

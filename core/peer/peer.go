@@ -28,6 +28,7 @@ import (
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/core/telemetry"
 )
 
@@ -128,61 +129,6 @@ type Factory struct {
 	bwe     bweTable
 }
 
-// videoFeedback is what the viewer may send back for video: NACK for lost
-// packets, PLI/FIR for keyframes, REMB/TWCC for bandwidth (Pion defaults).
-var videoFeedback = []webrtc.RTCPFeedback{
-	{Type: "goog-remb"}, {Type: "ccm", Parameter: "fir"},
-	{Type: "nack"}, {Type: "nack", Parameter: "pli"}, {Type: "transport-cc"},
-}
-
-// Codecs are the video codecs every peer can send, in offer preference
-// order within each MIME type. Exported so receivers in tests can mirror it.
-var Codecs = []webrtc.RTPCodecParameters{
-	{
-		RTPCodecCapability: webrtc.RTPCodecCapability{
-			MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
-			SDPFmtpLine:  "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f",
-			RTCPFeedback: videoFeedback,
-		},
-		PayloadType: 106,
-	},
-	{
-		RTPCodecCapability: webrtc.RTPCodecCapability{
-			MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
-			SDPFmtpLine:  "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42001f",
-			RTCPFeedback: videoFeedback,
-		},
-		PayloadType: 102,
-	},
-	{
-		RTPCodecCapability: webrtc.RTPCodecCapability{
-			MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, RTCPFeedback: videoFeedback,
-		},
-		PayloadType: 96,
-	},
-}
-
-// NewMediaEngine returns a MediaEngine with Codecs registered for video.
-func NewMediaEngine() (*webrtc.MediaEngine, error) {
-	me := &webrtc.MediaEngine{}
-	for _, c := range Codecs {
-		if err := me.RegisterCodec(c, webrtc.RTPCodecTypeVideo); err != nil {
-			return nil, fmt.Errorf("register codec %s: %w", c.MimeType, err)
-		}
-	}
-	// Playout delay lets the appliance ask receivers to render every frame
-	// at once (min = max = 0): a remote browser is interactive, and Chrome's
-	// smoothing otherwise holds some frames for a few hundred ms.
-	if err := me.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: PlayoutDelayURI}, webrtc.RTPCodecTypeVideo); err != nil {
-		return nil, fmt.Errorf("register playout-delay extension: %w", err)
-	}
-	return me, nil
-}
-
-// PlayoutDelayURI names the RTP header extension that carries a sender's
-// playout delay bounds.
-const PlayoutDelayURI = "http://www.webrtc.org/experiments/rtp-hdrext/playout-delay"
-
 // NewFactory builds the shared webrtc.API.
 func NewFactory(cfg Config) (*Factory, error) {
 	log := cfg.Logger
@@ -194,7 +140,7 @@ func NewFactory(cfg Config) (*Factory, error) {
 		return nil, err
 	}
 	cfg.ViewerNetworks = nets
-	me, err := NewMediaEngine()
+	me, err := media.NewMediaEngine()
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +267,7 @@ func (f *Factory) closeAll() error {
 // (so the "closed" state caused by Close itself is not reported).
 type Options struct {
 	// Track is the session's shared video track (a
-	// *webrtc.TrackLocalStaticSample); the peer sends it sendonly.
+	// media.Pipeline.Track, packetized RTP); the peer sends it sendonly.
 	Track webrtc.TrackLocal
 	// OnKeyframeRequest is called for every PLI or FIR from the viewer;
 	// the caller rate-limits.
@@ -501,7 +447,7 @@ func codecsFor(t webrtc.TrackLocal) []webrtc.RTPCodecParameters {
 	}
 	want := ct.Codec()
 	var exact, same []webrtc.RTPCodecParameters
-	for _, c := range Codecs {
+	for _, c := range media.Codecs {
 		if !strings.EqualFold(c.MimeType, want.MimeType) {
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/pion/webrtc/v4"
 	"go.uber.org/goleak"
 
+	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/core/peer/peertest"
 )
@@ -81,7 +82,7 @@ func connectWith(t *testing.T, f *peer.Factory, o peer.Options, setup func(*peer
 		recv    *peertest.Receiver
 		stateCh = make(chan webrtc.PeerConnectionState, 16)
 	)
-	recv, err := peertest.NewReceiver(peer.Codecs, []string{"lo"}, func(c webrtc.ICECandidateInit) {
+	recv, err := peertest.NewReceiver(media.Codecs, []string{"lo"}, func(c webrtc.ICECandidateInit) {
 		mu.Lock()
 		defer mu.Unlock()
 		if ready {
@@ -309,7 +310,7 @@ func TestPeerInputLimits(t *testing.T) {
 	if err := p.SetAnswer("this is not sdp"); !errors.Is(err, peer.ErrBadSDP) {
 		t.Fatalf("garbage sdp: %v", err)
 	}
-	recv, err := peertest.NewReceiver(peer.Codecs, []string{"lo"}, nil)
+	recv, err := peertest.NewReceiver(media.Codecs, []string{"lo"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

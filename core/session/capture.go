@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/plugins/capture"
 	"google.golang.org/grpc/status"
 )
@@ -38,7 +39,7 @@ type captureRun struct {
 	done   chan struct{}
 }
 
-// captureModeLocked returns the session's capture mode and the channel closed
+// captureMode returns the session's capture mode and the channel closed
 // when it changes.
 func (s *Session) captureMode() (string, <-chan struct{}) {
 	s.mu.Lock()
@@ -111,25 +112,25 @@ func (s *Session) reconcileCapturesLocked() []chan struct{} {
 	return stopped
 }
 
-// publishSlotsLocked hands the JPEG slots of the encoding pipelines to the
-// screencast's frame callback.
+// publishSlotsLocked hands the encoding pipelines to the screencast's
+// frame callback and the passthrough one to tab capture's.
 func (s *Session) publishSlotsLocked() {
-	slots := make([]*frameSlot, 0, len(s.pipes))
+	jpeg := make([]*media.Pipeline, 0, len(s.pipes))
 	for codec, p := range s.pipes {
 		if !s.passthroughLocked(codec) {
-			slots = append(slots, p.slot)
+			jpeg = append(jpeg, p.Pipeline)
 		}
 	}
-	s.slots.Store(&slots)
-	var pass *pipeline
+	s.jpegPipes.Store(&jpeg)
+	var pass *media.Pipeline
 	if p := s.pipes[passCodec]; p != nil && s.passthroughLocked(passCodec) {
-		pass = p
+		pass = p.Pipeline
 	}
 	s.passPipe.Store(pass)
 }
 
 func (s *Session) cdpCaptureLoop(ctx context.Context) {
-	retry(ctx, func(ctx context.Context) error {
+	media.Retry(ctx, func(ctx context.Context) error {
 		return s.streamFrom(ctx, s.m.capture, s.onJPEG)
 	}, func(err error) {
 		if err != nil {
@@ -258,9 +259,9 @@ func (s *Session) onJPEG(f capture.Frame) error {
 	}
 	fp := &f
 	s.lastFrame.Store(fp)
-	if slots := s.slots.Load(); slots != nil {
-		for _, sl := range *slots {
-			sl.put(fp)
+	if pipes := s.jpegPipes.Load(); pipes != nil {
+		for _, p := range *pipes {
+			p.Put(fp)
 		}
 	}
 	return nil
@@ -273,7 +274,7 @@ func (s *Session) onEncoded(f capture.Frame) error {
 		return nil
 	}
 	if p := s.passPipe.Load(); p != nil {
-		p.pass(f)
+		p.Pass(f)
 	}
 	s.fitView(f.Width, f.Height)
 	return nil

@@ -53,18 +53,6 @@ type Browser interface {
 	Close() error
 }
 
-// Video are the encode targets for every pipeline.
-type Video struct {
-	Codec string // auto, h264 or vp8: which codecs viewers may use
-	FPS   int
-	// IdleFPS: repeats of the last picture per second while the page is
-	// still, for idleRefineFor after its last change (0 = none).
-	IdleFPS          int
-	BitrateKbps      int
-	KeyframeInterval time.Duration
-	Hardware         string
-}
-
 // Config bounds the sessions.
 type Config struct {
 	Width, Height int
@@ -221,13 +209,13 @@ func (m *Manager) SetVideo(v Video) {
 	m.vid.Store(&v)
 	for _, s := range m.live() {
 		s.mu.Lock()
-		pipes := make([]*pipeline, 0, len(s.pipes))
+		pipes := make([]*codecPipe, 0, len(s.pipes))
 		for _, p := range s.pipes {
 			pipes = append(pipes, p)
 		}
 		s.mu.Unlock()
 		for _, p := range pipes {
-			p.retarget()
+			p.Retarget()
 		}
 	}
 }
@@ -366,7 +354,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 		done: make(chan struct{}),
 		id:   id, m: m, log: m.log.With("session", id), width: o.Width, height: o.Height,
 		created: time.Now(), ctx: sctx, cancel: cancel, state: StateStarting, url: o.URL,
-		pipes: map[string]*pipeline{}, owner: o.Owner,
+		pipes: map[string]*codecPipe{}, owner: o.Owner,
 		capMode: m.captureModeForNew(), capModeCh: make(chan struct{}),
 	}
 	s.ho.init(o.Control)

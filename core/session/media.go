@@ -1,174 +1,85 @@
 package session
 
 import (
-	"sync"
-	"sync/atomic"
-	"time"
+	"context"
+	"fmt"
 
-	"github.com/pion/rtp"
-	"github.com/pion/rtp/codecs"
-	"github.com/pion/webrtc/v4"
-	"github.com/tabcast/tabcast/core/peer"
+	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/plugins/capture"
+	"github.com/tabcast/tabcast/plugins/encoder"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
-// frameSlot is the hand-off between capture and one encode pipeline: a slot
-// of one. A newer frame replaces an unread older one (counted as a drop), so
-// a slow encoder makes frames stale-drop instead of queueing.
-type frameSlot struct {
-	mu      sync.Mutex
-	f       *capture.Frame
-	ready   chan struct{}
-	dropped atomic.Uint64
+// Video are the encode targets for every pipeline.
+type Video = media.Video
+
+// PipelineStats is one codec pipeline's state in a session snapshot.
+type PipelineStats = media.Stats
+
+// codecPipe is one codec's pipeline and how many viewers hold it.
+type codecPipe struct {
+	*media.Pipeline
+	refs int // guarded by Session.mu
 }
 
-func newFrameSlot() *frameSlot { return &frameSlot{ready: make(chan struct{}, 1)} }
-
-func (s *frameSlot) put(f *capture.Frame) {
-	s.mu.Lock()
-	if s.f != nil {
-		s.dropped.Add(1)
-	}
-	s.f = f
-	s.mu.Unlock()
-	select {
-	case s.ready <- struct{}{}:
-	default:
-	}
-}
-
-func (s *frameSlot) take() *capture.Frame {
-	s.mu.Lock()
-	f := s.f
-	s.f = nil
-	s.mu.Unlock()
-	return f
-}
-
-// rtpClock is the 90 kHz video clock.
-const rtpClock = 90000
-
-// rtpWriter packetizes encoded samples onto a shared RTP track.
-//
-// We packetize ourselves instead of using TrackLocalStaticSample because
-// Pion's sample track stamps each sample with the running sum of the
-// previous samples' durations: with a variable frame rate (a still page
-// sends no frames for seconds) the timestamp after a pause would be wrong by
-// the whole pause, and receivers' jitter buffers would misjudge the frame
-// timing. Here the RTP timestamp is the send time on a 90 kHz clock.
-type rtpWriter struct {
-	track      *videoTrack
-	packetizer rtp.Packetizer
-	start      time.Time
-	lastTS     uint32
-	wrote      bool
-}
-
-// maxRTPPayload keeps packets under common LAN/VPN MTUs after SRTP and
-// TURN overhead.
-const maxRTPPayload = 1200
-
-func newRTPWriter(codec, sessionID string) (*rtpWriter, error) {
-	var (
-		capab webrtc.RTPCodecCapability
-		pay   rtp.Payloader
-	)
-	switch codec {
-	case "h264":
-		capab = webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: rtpClock,
-			SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"}
-		pay = &codecs.H264Payloader{}
-	default:
-		capab = webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: rtpClock}
-		pay = &codecs.VP8Payloader{EnablePictureID: true}
-	}
-	inner, err := webrtc.NewTrackLocalStaticRTP(capab, "video", "tabcast-"+sessionID)
+// newPipe makes codec's pipeline, which sees the session through
+// pipeSource; the caller starts it.
+func (s *Session) newPipe(codec string) (*codecPipe, error) {
+	p, err := media.NewPipeline(codec, "tabcast-"+s.id, pipeSource{s}, s.log)
 	if err != nil {
 		return nil, err
 	}
-	track := &videoTrack{TrackLocalStaticRTP: inner, playout: map[string]uint8{}}
-	return &rtpWriter{
-		track:      track,
-		packetizer: rtp.NewPacketizer(maxRTPPayload, 0, 0, pay, rtp.NewRandomSequencer(), rtpClock),
-		start:      time.Now(),
-	}, nil
+	return &codecPipe{Pipeline: p}, nil
 }
 
-// write sends one encoded sample stamped with now.
-func (w *rtpWriter) write(data []byte, now time.Time) error {
-	ts := uint32(now.Sub(w.start).Seconds() * rtpClock)
-	if w.wrote && ts <= w.lastTS {
-		ts = w.lastTS + 1 // two samples in one tick still need distinct times
-	}
-	w.lastTS, w.wrote = ts, true
-	var firstErr error
-	playout := w.track.playoutID()
-	for _, p := range w.packetizer.Packetize(data, 0) {
-		p.Timestamp = ts
-		if playout != 0 {
-			// min = max = 0 (12 bits each, in 10 ms units): render at once.
-			_ = p.Header.SetExtension(playout, []byte{0, 0, 0})
-		}
-		if err := w.track.WriteRTP(p); err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	return firstErr
-}
+// pipeSource is what a session's pipelines see of it (media.Source).
+type pipeSource struct{ s *Session }
 
-// videoTrack is the shared RTP track of one codec. It remembers which
-// header-extension id each viewer negotiated for playout delay, so every
-// packet can ask for immediate rendering.
-type videoTrack struct {
-	*webrtc.TrackLocalStaticRTP
+var _ media.Source = pipeSource{}
 
-	mu      sync.Mutex
-	playout map[string]uint8 // binding id → extension id (0: not negotiated)
-	// agreed is the id every bound viewer negotiated, or 0; derived when
-	// viewers come and go, so writing a sample only loads it.
-	agreed atomic.Uint32
-}
+func (ps pipeSource) Video() Video { return ps.s.m.video() }
 
-func (t *videoTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameters, error) {
-	p, err := t.TrackLocalStaticRTP.Bind(ctx)
+func (ps pipeSource) Size() (int, int) { return ps.s.width, ps.s.height }
+
+func (ps pipeSource) LastFrame() *capture.Frame { return ps.s.lastFrame.Load() }
+
+func (ps pipeSource) Encoder(ctx context.Context) (media.Encoder, func(error), error) {
+	h := ps.s.m.encoder
+	cl, gen, err := h.Client(ctx)
 	if err != nil {
-		return p, err
+		return nil, nil, err
 	}
-	var id uint8
-	for _, e := range ctx.HeaderExtensions() {
-		if e.URI == peer.PlayoutDelayURI {
-			id = uint8(e.ID)
+	enc, ok := cl.(encoder.Encoder)
+	if !ok {
+		return nil, nil, fmt.Errorf("client is %T, not an encoder", cl)
+	}
+	fail := func(err error) {
+		if brokenPlugin(err) {
+			h.ReportFailure(gen, err)
 		}
 	}
-	t.mu.Lock()
-	t.playout[ctx.ID()] = id
-	t.agreeLocked()
-	t.mu.Unlock()
-	return p, nil
+	return enc, fail, nil
 }
 
-func (t *videoTrack) Unbind(ctx webrtc.TrackLocalContext) error {
-	t.mu.Lock()
-	delete(t.playout, ctx.ID())
-	t.agreeLocked()
-	t.mu.Unlock()
-	return t.TrackLocalStaticRTP.Unbind(ctx)
+func (ps pipeSource) Passthrough(codec string) (bool, <-chan struct{}) {
+	ps.s.mu.Lock()
+	defer ps.s.mu.Unlock()
+	return ps.s.passthroughLocked(codec), ps.s.capModeCh
 }
 
-// agreeLocked derives the id all bound viewers share. The appliance offers
-// and all its peers share one media engine, so the ids agree; a packet
-// written to all viewers can carry only one.
-func (t *videoTrack) agreeLocked() {
-	var id uint8
-	for _, x := range t.playout {
-		if x == 0 || (id != 0 && x != id) {
-			id = 0
-			break
-		}
-		id = x
+func (ps pipeSource) TabControl(ctx context.Context, c capture.StreamControl) {
+	ps.s.tabControl(ctx, c)
+}
+
+func (ps pipeSource) LowBandwidth() { ps.s.fallBackToCDP(ReasonLowBandwidth, nil) }
+
+// brokenPlugin says whether err means the plugin process is gone or hung,
+// as opposed to the plugin refusing one request.
+func brokenPlugin(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
 	}
-	t.agreed.Store(uint32(id))
+	return false
 }
-
-// playoutID is the playout-delay extension id to stamp, or 0.
-func (t *videoTrack) playoutID() uint8 { return uint8(t.agreed.Load()) }

@@ -439,11 +439,8 @@ func (s *Session) switchToLocked(ctx context.Context, t *tab) error {
 	s.mu.Lock()
 	if s.state == StateReady {
 		s.reconcileCapturesLocked()
-		for codec, p := range s.pipes {
-			if s.passthroughLocked(codec) {
-				p.passKF.Store(true) // the new capture's deltas need its keyframe
-			}
-			p.requestKeyframe(false)
+		for _, p := range s.pipes {
+			p.CaptureRestarted()
 		}
 	}
 	s.mu.Unlock()

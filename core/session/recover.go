@@ -399,11 +399,8 @@ func (s *Session) markReadyLocked() {
 func (s *Session) restartCapturesLocked() []chan struct{} {
 	stopped := s.stopCapturesLocked()
 	s.reconcileCapturesLocked() // nothing runs now: it only starts loops
-	for codec, p := range s.pipes {
-		if s.passthroughLocked(codec) {
-			p.passKF.Store(true) // the new capture's deltas need its keyframe
-		}
-		p.requestKeyframe(false)
+	for _, p := range s.pipes {
+		p.CaptureRestarted()
 	}
 	return stopped
 }

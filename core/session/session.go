@@ -24,6 +24,7 @@ import (
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/egress"
 	"github.com/tabcast/tabcast/core/input"
+	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/plugins/capture"
 )
 
@@ -84,7 +85,7 @@ type Session struct {
 	state          State
 	reason         string
 	url, title     string
-	pipes          map[string]*pipeline
+	pipes          map[string]*codecPipe
 	viewers        int
 	viewerInfo     map[string]ViewerInfo  // by peer id, from ViewerReport
 	captures       map[string]*captureRun // running capture loops by mode
@@ -120,10 +121,10 @@ type Session struct {
 	disp *dispatch.Dispatcher
 	hub  stateHub
 
-	slots       atomic.Pointer[[]*frameSlot] // JPEG slots of encoding pipelines
-	passPipe    atomic.Pointer[pipeline]     // the pipeline tab capture feeds, if any
-	viewFixes   atomic.Int32                 // window corrections made for tab capture
-	viewFixedAt atomic.Int64                 // unix ns of the last window correction
+	jpegPipes   atomic.Pointer[[]*media.Pipeline] // the pipelines that encode the screencast's JPEGs
+	passPipe    atomic.Pointer[media.Pipeline]    // the pipeline tab capture feeds, if any
+	viewFixes   atomic.Int32                      // window corrections made for tab capture
+	viewFixedAt atomic.Int64                      // unix ns of the last window correction
 	lastFrame   atomic.Pointer[capture.Frame]
 
 	thumbMu       sync.Mutex // one thumbnail screenshot at a time
@@ -392,33 +393,33 @@ func (s *Session) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
 	}
 	p := s.pipes[codec]
 	if p == nil {
-		np, err := newPipeline(s, codec)
+		np, err := s.newPipe(codec)
 		if err != nil {
 			return nil, nil, err
 		}
 		p = np
 		s.pipes[codec] = p
-		p.start(s.ctx)
+		p.Start(s.ctx)
 		s.publishSlotsLocked()
 	}
 	p.refs++
 	s.viewers++
 	s.reconcileCapturesLocked() // only starts loops here: nothing to wait for
-	p.requestKeyframe(false)    // the new viewer needs a picture now
+	p.RequestKeyframe(false)    // the new viewer needs a picture now
 	var once sync.Once
 	release := func() { once.Do(func() { s.release(p) }) }
-	return p.out.track, release, nil
+	return p.Track(), release, nil
 }
 
-func (s *Session) release(p *pipeline) {
+func (s *Session) release(p *codecPipe) {
 	s.mu.Lock()
 	p.refs--
 	if s.viewers > 0 { // close() already zeroed it for a session that ended
 		s.viewers--
 	}
-	var stopPipe *pipeline
-	if p.refs == 0 && s.pipes[p.codec] == p {
-		delete(s.pipes, p.codec)
+	var stopPipe *codecPipe
+	if p.refs == 0 && s.pipes[p.Codec()] == p {
+		delete(s.pipes, p.Codec())
 		s.retireLocked(p)
 		s.publishSlotsLocked()
 		stopPipe = p
@@ -426,7 +427,7 @@ func (s *Session) release(p *pipeline) {
 	stopCaptures := s.reconcileCapturesLocked()
 	s.mu.Unlock()
 	if stopPipe != nil {
-		stopPipe.stop()
+		stopPipe.Stop()
 	}
 	for _, done := range stopCaptures {
 		<-done
@@ -470,7 +471,7 @@ func (s *Session) ViewerReport(v ViewerInfo) {
 	}
 	s.mu.Unlock()
 	if p != nil && v.EstimateKbps > 0 {
-		p.setViewerRate(v.Peer, v.EstimateKbps*1000, v.SteadyKbps*1000)
+		p.SetViewerRate(v.Peer, v.EstimateKbps*1000, v.SteadyKbps*1000)
 	}
 }
 
@@ -481,7 +482,7 @@ func (s *Session) ViewerGone(codec, peer string) {
 	delete(s.viewerInfo, peer)
 	s.mu.Unlock()
 	if p != nil {
-		p.setViewerRate(peer, 0, 0)
+		p.SetViewerRate(peer, 0, 0)
 	}
 }
 
@@ -491,7 +492,7 @@ func (s *Session) RequestKeyframe(codec string) {
 	p := s.pipes[codec]
 	s.mu.Unlock()
 	if p != nil {
-		p.requestKeyframe(true)
+		p.RequestKeyframe(true)
 	}
 }
 
@@ -591,7 +592,7 @@ func (s *Session) Snapshot() Snapshot {
 	snap.Revision = s.snapRev
 	for _, c := range s.m.codecs {
 		if p := s.pipes[c]; p != nil {
-			snap.Pipelines = append(snap.Pipelines, p.stats(p.refs))
+			snap.Pipelines = append(snap.Pipelines, p.Stats(p.refs))
 		}
 	}
 	return snap
@@ -655,7 +656,7 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 		s.reason = reason
 	}
 	pipes := s.pipes
-	s.pipes = map[string]*pipeline{}
+	s.pipes = map[string]*codecPipe{}
 	for _, p := range pipes {
 		s.retireLocked(p)
 	}
@@ -665,7 +666,7 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 
 	s.cancel()
 	for _, p := range pipes {
-		<-p.done
+		p.Stop() // already cancelled with s.ctx: this waits for it
 	}
 	if s.disp != nil {
 		s.disp.Close() // releases every producer's held input first

@@ -2,19 +2,19 @@ package session
 
 // retireLocked adds a stopping pipeline's counters to the session's
 // totals; s.mu held.
-func (s *Session) retireLocked(p *pipeline) {
+func (s *Session) retireLocked(p *codecPipe) {
 	if s.retired == nil {
 		s.retired = map[string]PipelineStats{}
 	}
-	st, r := p.stats(0), s.retired[p.codec]
-	r.Codec = p.codec
+	st, r := p.Stats(0), s.retired[p.Codec()]
+	r.Codec = p.Codec()
 	r.FramesEncoded += st.FramesEncoded
 	r.Keyframes += st.Keyframes
 	r.FramesDropped += st.FramesDropped
 	r.BadFrames += st.BadFrames
 	r.Bytes += st.Bytes
 	r.Restarts += st.Restarts
-	s.retired[p.codec] = r
+	s.retired[p.Codec()] = r
 }
 
 // PipelineTotals are each listed session's per-codec counters since it
@@ -31,7 +31,7 @@ func (m *Manager) PipelineTotals() map[string][]PipelineStats {
 			tot[c] = r
 		}
 		for c, p := range s.pipes {
-			st, r := p.stats(0), tot[c]
+			st, r := p.Stats(0), tot[c]
 			r.Codec = c
 			r.FramesEncoded += st.FramesEncoded
 			r.Keyframes += st.Keyframes

@@ -1,13 +1,17 @@
 package session
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tabcast/tabcast/plugins/capture"
+)
 
 // TestPipelineTotals: a session's per-codec counters keep what its
 // stopped pipelines counted.
 func TestPipelineTotals(t *testing.T) {
 	m := &Manager{sessions: map[string]*Session{}, order: []string{"s1"}}
 	m.vid.Store(&Video{BitrateKbps: 1000})
-	s := &Session{id: "s1", m: m, pipes: map[string]*pipeline{}}
+	s := &Session{id: "s1", m: m, pipes: map[string]*codecPipe{}}
 	m.sessions["s1"] = s
 	total := func() uint64 {
 		t.Helper()
@@ -17,11 +21,17 @@ func TestPipelineTotals(t *testing.T) {
 		}
 		return list[0].FramesEncoded
 	}
-	p, err := newPipeline(s, "vp8")
+	// Frames the pipeline writes (passed through: no encoder needed).
+	sendN := func(p *codecPipe, n int) {
+		for range n {
+			p.Pass(capture.Frame{Format: capture.FormatVP8, Data: []byte{1, 2, 3}, Keyframe: true})
+		}
+	}
+	p, err := s.newPipe("vp8")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.encoded.Add(10)
+	sendN(p, 10)
 	s.pipes["vp8"] = p
 	if got := total(); got != 10 {
 		t.Fatalf("running pipeline: %d frames, want 10", got)
@@ -34,8 +44,8 @@ func TestPipelineTotals(t *testing.T) {
 	if got := total(); got != 10 {
 		t.Fatalf("after the pipeline stopped: %d frames, want 10", got)
 	}
-	p2, _ := newPipeline(s, "vp8")
-	p2.encoded.Add(3)
+	p2, _ := s.newPipe("vp8")
+	sendN(p2, 3)
 	s.pipes["vp8"] = p2
 	if got := total(); got != 13 {
 		t.Fatalf("with a new pipeline: %d frames, want 13", got)

@@ -10,7 +10,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
-	"github.com/tabcast/tabcast/core/peer"
+	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/core/peer/peertest"
 	"github.com/tabcast/tabcast/core/signaling"
 )
@@ -201,7 +201,7 @@ func TestTooManyCandidates(t *testing.T) {
 	offer := c.next("offer", 5*time.Second, nil)
 	// An answer from a receiver whose candidates are not sent: only ours count.
 	v := &viewer{client: c}
-	recv, err := peertest.NewReceiver(peer.Codecs, []string{"lo"}, nil)
+	recv, err := peertest.NewReceiver(media.Codecs, []string{"lo"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestCandidatesBeforeTheAnswerAreKept(t *testing.T) {
 		early(i)
 	}
 	c.expectPong() // no error for them
-	recv, err := peertest.NewReceiver(peer.Codecs, []string{"lo"}, nil)
+	recv, err := peertest.NewReceiver(media.Codecs, []string{"lo"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/core/peer/peertest"
 	"github.com/tabcast/tabcast/core/signaling"
@@ -450,7 +451,7 @@ func connectViewerWith(t *testing.T, url string, hello map[string]any, setup fun
 	v.send(hello)
 	welcome := v.next("welcome", 5*time.Second, nil)
 	offer := v.next("offer", 5*time.Second, nil)
-	recv, err := peertest.NewReceiver(peer.Codecs, []string{"lo"}, v.localCandidate)
+	recv, err := peertest.NewReceiver(media.Codecs, []string{"lo"}, v.localCandidate)
 	if err != nil {
 		t.Fatal(err)
 	}

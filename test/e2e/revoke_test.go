@@ -21,7 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tabcast/tabcast/core/action"
-	"github.com/tabcast/tabcast/core/peer"
+	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/core/peer/peertest"
 	"github.com/tabcast/tabcast/core/wire"
 	"github.com/tabcast/tabcast/test/harness"
@@ -120,7 +120,7 @@ func connectLive(t *testing.T, a *harness.Appliance, id string, hdr http.Header)
 			t.Fatalf("signaling error %s: %s", m.Code, m.Message)
 		}
 	}
-	recv, err := peertest.NewReceiver(peer.Codecs, nil, func(c webrtc.ICECandidateInit) {
+	recv, err := peertest.NewReceiver(media.Codecs, nil, func(c webrtc.ICECandidateInit) {
 		cmu.Lock()
 		defer cmu.Unlock()
 		if answered {
