@@ -108,13 +108,13 @@ func (s *Session) reconcileCapturesLocked() []chan struct{} {
 			s.mu.Unlock()
 		}()
 	}
-	s.publishSlotsLocked()
+	s.publishPipesLocked()
 	return stopped
 }
 
-// publishSlotsLocked hands the encoding pipelines to the screencast's
+// publishPipesLocked hands the encoding pipelines to the screencast's
 // frame callback and the passthrough one to tab capture's.
-func (s *Session) publishSlotsLocked() {
+func (s *Session) publishPipesLocked() {
 	jpeg := make([]*media.Pipeline, 0, len(s.pipes))
 	for codec, p := range s.pipes {
 		if !s.passthroughLocked(codec) {

@@ -400,7 +400,7 @@ func (s *Session) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
 		p = np
 		s.pipes[codec] = p
 		p.Start(s.ctx)
-		s.publishSlotsLocked()
+		s.publishPipesLocked()
 	}
 	p.refs++
 	s.viewers++
@@ -421,7 +421,7 @@ func (s *Session) release(p *codecPipe) {
 	if p.refs == 0 && s.pipes[p.Codec()] == p {
 		delete(s.pipes, p.Codec())
 		s.retireLocked(p)
-		s.publishSlotsLocked()
+		s.publishPipesLocked()
 		stopPipe = p
 	}
 	stopCaptures := s.reconcileCapturesLocked()
@@ -660,7 +660,7 @@ func (s *Session) close(ctx context.Context, reason string, failed bool) {
 	for _, p := range pipes {
 		s.retireLocked(p)
 	}
-	s.publishSlotsLocked()
+	s.publishPipesLocked()
 	s.mu.Unlock()
 	close(s.done) // viewers are told and disconnected (see Done)
 
