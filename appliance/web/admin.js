@@ -3,17 +3,11 @@
 // refuses everyone else anyway. Everything is shown with textContent.
 import { api, whoami } from "./api.js";
 import { mountHeader } from "./header.js";
+import { $, setStatus } from "./dom.js";
 
 const STATUS_EVERY_MS = 5000;
 
-const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
 const tbody = (id) => $(id).querySelector("tbody");
-
-function setStatus(text, isError = false) {
-  const s = $("status-line");
-  s.textContent = text;
-  s.classList.toggle("error", isError);
-}
 
 // pick reads a field whatever its JSON spelling (name, Name).
 function pick(o, name) {

@@ -1,8 +1,7 @@
 // Login and the forced password change. The password never leaves this
 // page except in the POST to the appliance.
 import { api, APIError } from "./api.js";
-
-const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
+import { $ } from "./dom.js";
 const params = new URLSearchParams(location.search);
 
 // Only a path on this appliance may follow the login (no open redirect).

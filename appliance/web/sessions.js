@@ -3,12 +3,12 @@
 // those allowed to. Everything from the API is shown with textContent.
 import { api, apiBlob, whoami } from "./api.js";
 import { mountHeader } from "./header.js";
+import { $, el, setStatus } from "./dom.js";
 
 const LIST_EVERY_MS = 3000;
 const THUMB_EVERY_MS = 1500;
 const VIEWPORTS = { "1280x720": [1280, 720], "1920x1080": [1920, 1080], "1024x768": [1024, 768] };
 
-const $ = (id, root = document) => root.querySelector(`[data-testid="${id}"]`);
 const ui = {
   grid: $("session-grid"),
   empty: $("sessions-empty"),
@@ -39,23 +39,6 @@ let thumbTimer = null;
 
 // Exposed for tests and for curious operators.
 window.tabcast = { cards, sessions: [] };
-
-function setStatus(text, isError = false) {
-  ui.status.textContent = text;
-  ui.status.classList.toggle("error", isError);
-}
-
-function el(tag, props = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (k === "testid") e.dataset.testid = v;
-    else if (k === "class") e.className = v;
-    else if (k === "text") e.textContent = v;
-    else e.setAttribute(k, v);
-  }
-  for (const c of children) e.append(c);
-  return e;
-}
 
 function canControl() {
   return !!me && me.role !== "viewer" && (!Array.isArray(me.scopes) || me.scopes.includes("control"));
