@@ -14,7 +14,6 @@ const ui = {
   empty: $("sessions-empty"),
   count: $("sessions-count"),
   error: $("sessions-error"),
-  status: $("status-line"),
   newBtn: $("new-session"),
   newDialog: $("new-dialog"),
   newForm: $("new-form"),
