@@ -89,6 +89,32 @@ type Action struct {
 	// PageRevision the producer saw; coordinate actions on an older page
 	// are refused (stale_page). 0 = not given.
 	PageRevision uint64 `json:"pageRevision,omitempty" cbor:"pageRevision,omitempty"`
+
+	// Buttons is never a client's: the dispatcher, which owns held input,
+	// sets it on the pointer actions it hands the executor. It is the mouse
+	// buttons held on the page as the action starts (ButtonLeft…), and a
+	// pointer_up of a button not among them lifts nothing.
+	Buttons int `json:"-" cbor:"-"`
+}
+
+// Mouse button bits of Action.Buttons, as CDP's Input domain numbers them.
+const (
+	ButtonLeft   = 1
+	ButtonRight  = 2
+	ButtonMiddle = 4
+)
+
+// ButtonBit is the bit of a button name ("" is left), or 0 for an unknown one.
+func ButtonBit(name string) int {
+	switch name {
+	case "", "left":
+		return ButtonLeft
+	case "right":
+		return ButtonRight
+	case "middle":
+		return ButtonMiddle
+	}
+	return 0
 }
 
 // OnPointerChannel reports whether the kind travels on the lossy pointer

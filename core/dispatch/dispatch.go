@@ -175,6 +175,7 @@ type Dispatcher struct {
 	qbytes    int
 	rev       uint64 // last actionRevision
 	running   bool
+	pressing  *item // the running key_down or pointer_down, until finish notes it (see LiftHeld)
 	st        counters
 }
 

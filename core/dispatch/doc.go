@@ -124,6 +124,14 @@
 // session_closed (Close). The action already running finishes; what it
 // pressed is released right after.
 //
+// The dispatcher is the one owner of held input: the executor keeps none.
+// Each pointer action it runs carries the buttons held on the page as it
+// starts (action.Action.Buttons, the union over producers: the page has
+// one mouse); a pointer_up of a button not among them lifts nothing, and
+// a key_up of a key its generation does not hold completes without
+// running. Leaving a page (a tab switch), the session takes LiftHeld's
+// releases and runs them on the page left; what they lift is forgotten.
+//
 // # Acks
 //
 // Submit sends the synchronous ack (accepted or rejected) before it returns;

@@ -29,9 +29,10 @@ func TestFencing(t *testing.T) {
 	}{
 		{"gap then fill", []step{
 			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 3, id: "a3", a: keyUp("KeyA"), want: action.CodeSeqGap},
+			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: action.CodeSeqGap},
 			{ch: 'c', seq: 2, id: "a2", a: keyUp("KeyA"), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 3, id: "a3", a: keyUp("KeyA"), want: StatusAccepted, runs: true},
+			// (a key_up of a key not held would complete without running)
+			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: StatusAccepted, runs: true},
 		}},
 		{"first seq is 1", []step{
 			{ch: 'c', seq: 0, id: "a0", a: keyDown("KeyA"), want: action.CodeSeqGap},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -362,5 +363,88 @@ func TestStaleReleaseEndsTheHold(t *testing.T) {
 	}
 	if st := h.d.Stats(); st.Held != 0 {
 		t.Fatalf("held %d after the queued stale release, want 0", st.Held)
+	}
+}
+
+// The dispatcher owns held input: the executor is handed the buttons down
+// with each pointer action, and a key_up of a key not held never reaches it.
+func TestButtonsHandedToTheExecutor(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := h.d.Grant(KindHuman, "alice")
+	h.ex.page.Store(1)
+	h.ctl(p, 1, "d", ptrDown(0.3, 0.4))
+	h.idle()
+	h.ptr(p, 1, move(0.5, 0.6))
+	h.idle()
+	h.ctl(p, 2, "u", ptrUp(0.5, 0.6))
+	h.ctl(p, 3, "q", keyUp("KeyQ")) // never down
+	h.idle()
+	h.ptr(p, 2, move(0.6, 0.6))
+	h.idle()
+	var got []string
+	for _, c := range h.ex.snapshot() {
+		got = append(got, fmt.Sprintf("%s:%d", c.a.Kind, c.buttons))
+	}
+	want := "pointer_down:0 pointer_move:1 pointer_up:1 pointer_move:0"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("executor saw %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+// LiftHeld hands back the releases of everything held, with the buttons
+// down as each starts, and forgets it: nothing is released again later.
+func TestLiftHeld(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := h.d.Grant(KindHuman, "alice")
+	pressAll(t, h, p)
+	before := len(h.ex.snapshot())
+	rels := h.d.LiftHeld()
+	var got []call
+	for _, r := range rels {
+		got = append(got, call{producer: r.ProducerID, a: r.Action})
+	}
+	for i := range got {
+		got[i].a.Buttons = 0
+	}
+	wantReleases(t, got, p.ID)
+	if rels[0].Action.Buttons != action.ButtonLeft {
+		t.Fatalf("the button release carries buttons %d, want left", rels[0].Action.Buttons)
+	}
+	if st := h.d.Stats(); st.Held != 0 {
+		t.Fatalf("held %d after LiftHeld", st.Held)
+	}
+	h.d.End(p.ID)
+	h.idle()
+	if n := len(h.ex.snapshot()); n != before {
+		t.Fatalf("executor ran %d more calls after LiftHeld and End, want none", n-before)
+	}
+}
+
+// A press running while LiftHeld is called is lifted too, and not noted
+// as held when it ran on the page left.
+func TestLiftHeldRunningPress(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := h.d.Grant(KindHuman, "alice")
+	gate := make(chan struct{})
+	h.ex.setFn(func(ctx context.Context, c call) (action.Result, error) {
+		if c.a.Kind == action.PointerDown {
+			<-gate
+		}
+		return action.Result{PageRevision: h.ex.page.Load()}, nil
+	})
+	h.ex.page.Store(7)
+	down := h.ctl(p, 1, "d", ptrDown(0.3, 0.4))
+	eventually(t, "the press runs", func() bool { return len(h.ex.snapshot()) == 1 })
+	rels := h.d.LiftHeld()
+	if len(rels) != 1 || rels[0].Action.Kind != action.PointerUp || rels[0].Action.Button != "left" || rels[0].Action.Buttons != action.ButtonLeft {
+		t.Fatalf("releases %+v, want the running press's", rels)
+	}
+	close(gate)
+	if got := final(t, down); got.Status != StatusCompleted {
+		t.Fatalf("press %+v", got)
+	}
+	h.idle()
+	if st := h.d.Stats(); st.Held != 0 {
+		t.Fatalf("held %d: the press lifted on the page left was noted", st.Held)
 	}
 }

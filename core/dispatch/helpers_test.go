@@ -37,7 +37,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 type call struct {
 	producer string
-	a        action.Action
+	a        action.Action // as submitted: Buttons is in buttons
+	buttons  int           // the Buttons the dispatcher handed the executor
 }
 
 // recExec is an in-memory executor: it records every call and, by default,
@@ -54,7 +55,8 @@ type recExec struct {
 func newRecExec() *recExec { return &recExec{started: make(chan call, 1<<14)} }
 
 func (r *recExec) Execute(ctx context.Context, producerID string, a action.Action) (action.Result, error) {
-	c := call{producer: producerID, a: a}
+	c := call{producer: producerID, a: a, buttons: a.Buttons}
+	c.a.Buttons = 0
 	r.mu.Lock()
 	r.calls = append(r.calls, c)
 	fn := r.fn

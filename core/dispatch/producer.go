@@ -75,6 +75,9 @@ type item struct {
 	// never overtakes the accepted ack and nobody waits for anybody.
 	acceptPending bool
 	deferred      *Ack
+	// liftedOn is the revision of the page LiftHeld lifted this press on
+	// while it ran: if it ran there, finish does not note it as held.
+	liftedOn uint64
 }
 
 // entry is what the ledger remembers of one accepted control action.
@@ -110,7 +113,10 @@ func (a Ack) clone() Ack {
 	return a
 }
 
-// held is the input a producer generation holds pressed.
+// held is the input a producer generation holds pressed. The dispatcher is
+// the one owner of held input: the executor keeps none, and is told with
+// each pointer action which buttons are down (action.Action.Buttons); the
+// panel keeps only what it pressed, to send its releases and heartbeats.
 type held struct {
 	keys    []heldKey // press order
 	buttons []string  // press order
@@ -171,12 +177,9 @@ func (h *held) note(a action.Action, mayHave, surely bool) {
 			}
 		}
 	case action.PointerDown:
-		for _, b := range h.buttons {
-			if b == a.Button {
-				return
-			}
+		if !h.holdsButton(a.Button) {
+			h.buttons = append(h.buttons, a.Button)
 		}
-		h.buttons = append(h.buttons, a.Button)
 	case action.PointerUp:
 		if surely {
 			for i, b := range h.buttons {
@@ -189,18 +192,102 @@ func (h *held) note(a action.Action, mayHave, surely bool) {
 	}
 }
 
+// holdsButton reports whether the generation holds button pressed.
+func (h *held) holdsButton(name string) bool {
+	for _, b := range h.buttons {
+		if b == name {
+			return true
+		}
+	}
+	return false
+}
+
+// mask is the held buttons as action.Action.Buttons bits.
+func (h *held) mask() int {
+	m := 0
+	for _, b := range h.buttons {
+		m |= action.ButtonBit(b)
+	}
+	return m
+}
+
 // releases returns the actions that lift everything held — buttons at the
 // last position, then keys, each in reverse press order — and clears the
-// set.
-func (h *held) releases() []action.Action {
+// set. Each pointer_up carries the buttons held as it starts: others (what
+// other producers hold) and what this one still holds.
+func (h *held) releases(others int) []action.Action {
 	var out []action.Action
+	buttons := others | h.mask()
 	for i := len(h.buttons) - 1; i >= 0; i-- {
-		out = append(out, action.Action{Kind: action.PointerUp, X: h.x, Y: h.y, Button: h.buttons[i]})
+		out = append(out, action.Action{Kind: action.PointerUp, X: h.x, Y: h.y, Button: h.buttons[i], Buttons: buttons})
+		buttons &^= action.ButtonBit(h.buttons[i])
 	}
 	for i := len(h.keys) - 1; i >= 0; i-- {
 		k := h.keys[i]
 		out = append(out, action.Action{Kind: action.KeyUp, Key: k.key, Code: k.code, Modifiers: k.modifiers})
 	}
 	h.keys, h.buttons = nil, nil
+	return out
+}
+
+// Release is an action that lifts held input, and the producer whose
+// input it lifts.
+type Release struct {
+	ProducerID string
+	Action     action.Action
+}
+
+// buttonsLocked is the mouse buttons held on the page, the union over the
+// producers (the page has one mouse), leaving out generation except.
+func (d *Dispatcher) buttonsLocked(except *generation) int {
+	m := 0
+	for _, p := range d.ring {
+		if p.gen != nil && p.gen != except {
+			m |= p.gen.held.mask()
+		}
+	}
+	return m
+}
+
+// LiftHeld forgets what every producer holds, and the releases not run
+// yet, and returns the actions that lift all of it, for the caller to run
+// on the page being left (a tab switch): nothing stays pressed on a page
+// nobody drives, and nothing is lifted again on the next page. The
+// caller must hold the page's turn, so that no action is running.
+//
+// A press may be running: waiting for the turn, or run and not noted yet
+// (its Execute returned and handed the turn over, finish has not run).
+// Its release is included either way — a spurious release is harmless, a
+// stuck button is not — and finish does not note it as held if it ran on
+// the page left.
+func (d *Dispatcher) LiftHeld() []Release {
+	left := d.ex.PageRevision()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []Release
+	for _, r := range d.sys {
+		out = append(out, Release{ProducerID: r.producerID, Action: r.a})
+	}
+	d.sys = nil
+	if it := d.pressing; it != nil && it.liftedOn == 0 {
+		it.liftedOn = left
+		a := it.env.Action
+		switch a.Kind {
+		case action.PointerDown:
+			out = append(out, Release{ProducerID: it.p.id, Action: action.Action{Kind: action.PointerUp, X: a.X, Y: a.Y, Button: a.Button,
+				Buttons: d.buttonsLocked(nil) | action.ButtonBit(a.Button)}})
+		case action.KeyDown:
+			out = append(out, Release{ProducerID: it.p.id, Action: action.Action{Kind: action.KeyUp, Key: a.Key, Code: a.Code}})
+		}
+	}
+	for _, p := range d.ring {
+		if p.gen == nil || p.gen.held.empty() {
+			continue
+		}
+		for _, a := range p.gen.held.releases(d.buttonsLocked(p.gen)) {
+			out = append(out, Release{ProducerID: p.id, Action: a})
+		}
+		d.st.releaseEvents++
+	}
 	return out
 }

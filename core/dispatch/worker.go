@@ -132,6 +132,21 @@ func (d *Dispatcher) runItem(it *item) {
 		d.finish(it, action.Result{}, action.Errorf(action.CodeStalePage, "page changed (revision %d); observe again", pr), true)
 		return
 	}
+	d.mu.Lock()
+	// A key_up of a key this generation does not hold (its key_down was
+	// refused, or it was lifted already) has nothing to lift.
+	unheld := a.Kind == action.KeyUp && !it.gen.held.hasKey(keyID(a))
+	if isPointer(a.Kind) {
+		a.Buttons = d.buttonsLocked(nil)
+	}
+	if a.Kind == action.KeyDown || a.Kind == action.PointerDown {
+		d.pressing = it
+	}
+	d.mu.Unlock()
+	if unheld {
+		d.finish(it, action.Result{}, nil, false)
+		return
+	}
 	res, err := d.exec(d.ctx, it.p.id, a)
 	d.finish(it, res, err, false)
 }
@@ -187,6 +202,13 @@ func (d *Dispatcher) finish(it *item, res action.Result, err error, stale bool) 
 		// held there): the hold ends with it, or the producer would be
 		// thought to hold a button until the watchdog.
 		mayHave, surely = true, true
+	}
+	if d.pressing == it {
+		d.pressing = nil
+	}
+	if it.liftedOn != 0 && pageRev == it.liftedOn {
+		// It ran on the page a tab switch left, and was lifted there.
+		mayHave = false
 	}
 	it.gen.held.note(it.env.Action, mayHave, surely)
 	if it.gen.ended {
@@ -293,7 +315,7 @@ func (d *Dispatcher) releaseLocked(producerID string, gen *generation, reason st
 	if gen.held.empty() {
 		return
 	}
-	acts := gen.held.releases()
+	acts := gen.held.releases(d.buttonsLocked(gen))
 	for _, a := range acts {
 		d.sys = append(d.sys, release{producerID: producerID, a: a})
 	}

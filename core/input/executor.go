@@ -98,9 +98,9 @@ type Executor struct {
 
 	rev atomic.Uint64
 
-	// mu serializes Execute and guards the input state below.
+	// mu serializes Execute and guards the input state below. What is
+	// held is not here: the dispatcher owns it (see pointer).
 	mu        sync.Mutex
-	producers map[string]*held
 	pos       [2]float64        // last pointer position, CSS px
 	pipe      *browser.PageConn // own connection to the page, for pipelined input; lazily
 	pipeTried time.Time
@@ -142,19 +142,18 @@ func New(p *browser.Page, pol Policy, ev Events, log *slog.Logger) (*Executor, e
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Executor{
-		page:      p,
-		t:         p.Target(),
-		pol:       c,
-		ev:        ev,
-		log:       log,
-		now:       time.Now,
-		ctx:       ctx,
-		cancel:    cancel,
-		producers: map[string]*held{},
-		kick:      make(chan struct{}, 1),
-		fetchQ:    make(chan *fetch.EventRequestPaused, fetchQueue),
-		vw:        1280,
-		vh:        720,
+		page:   p,
+		t:      p.Target(),
+		pol:    c,
+		ev:     ev,
+		log:    log,
+		now:    time.Now,
+		ctx:    ctx,
+		cancel: cancel,
+		kick:   make(chan struct{}, 1),
+		fetchQ: make(chan *fetch.EventRequestPaused, fetchQueue),
+		vw:     1280,
+		vh:     720,
 	}
 	e.dialogCtx, e.dialogCancel = context.WithCancel(context.Background())
 	e.rev.Store(revisions.Add(1))
@@ -214,9 +213,9 @@ func (e *Executor) init() error {
 	return nil
 }
 
-// Close stops the goroutines and the interception, and releases the keys
-// and buttons producers still hold. It is idempotent; in-flight Execute
-// calls end with session_closed. It must not be called from an Events
+// Close stops the goroutines and the interception. (Held keys and buttons
+// are the dispatcher's to release: its Close lifts them first.) It is
+// idempotent; in-flight Execute calls end with session_closed. It must not be called from an Events
 // callback (it waits for the goroutine that runs them).
 func (e *Executor) Close() {
 	e.closeOnce.Do(func() {
@@ -236,12 +235,6 @@ func (e *Executor) Close() {
 		if e.pipe != nil {
 			e.pipe.Close()
 			e.pipe = nil
-		}
-		for id := range e.producers {
-			if err := e.release(ctx, id, true); err != nil {
-				e.log.Debug("input: release on close", "err", err)
-				break
-			}
 		}
 	})
 }
@@ -272,6 +265,8 @@ func (e *Executor) Viewport() (w, h int) {
 
 // Execute performs a. Refusals and failures are *action.Error values with
 // stable codes and messages that never echo text, clipboard or URLs.
+// producerID is not used: the executor keeps no state per producer (the
+// dispatcher owns held input and sets a.Buttons).
 func (e *Executor) Execute(ctx context.Context, producerID string, a action.Action) (action.Result, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -282,7 +277,7 @@ func (e *Executor) Execute(ctx context.Context, producerID string, a action.Acti
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(e.ctx, cancel)()
-	text, err := e.exec(actx, producerID, a)
+	text, err := e.exec(actx, a)
 	if err != nil {
 		err = e.classify(ctx, a.Kind, err)
 		text = ""
@@ -290,7 +285,7 @@ func (e *Executor) Execute(ctx context.Context, producerID string, a action.Acti
 	return action.Result{Text: text, PageRevision: e.rev.Load()}, err
 }
 
-func (e *Executor) exec(ctx context.Context, pid string, a action.Action) (string, error) {
+func (e *Executor) exec(ctx context.Context, a action.Action) (string, error) {
 	if a.UsesCoordinates() && a.PageRevision != 0 && a.PageRevision != e.rev.Load() {
 		return "", action.Errorf(action.CodeStalePage, "the page changed")
 	}
@@ -303,15 +298,15 @@ func (e *Executor) exec(ctx context.Context, pid string, a action.Action) (strin
 	}
 	switch a.Kind {
 	case action.PointerMove, action.PointerDown, action.PointerUp, action.Wheel:
-		return "", e.pointer(ctx, pid, a)
+		return "", e.pointer(ctx, a)
 	case action.Click:
 		return "", e.click(ctx, a)
 	case action.KeyDown:
-		return e.keyDown(ctx, pid, a)
+		return e.keyDown(ctx, a)
 	case action.KeyUp:
-		return "", e.keyUp(ctx, pid, a)
+		return "", e.keyUp(ctx, a)
 	case action.KeyPress:
-		return e.keyPress(ctx, pid, a)
+		return e.keyPress(ctx, a)
 	case action.TextInsert:
 		if a.Replace {
 			return "", e.replaceText(ctx, a)
@@ -338,8 +333,6 @@ func (e *Executor) exec(ctx context.Context, pid string, a action.Action) (strin
 		return "", e.dialogResponse(ctx, a.Accept, a.PromptText)
 	case action.Heartbeat:
 		return "", nil
-	case action.ReleaseAll:
-		return "", e.release(ctx, pid, false)
 	}
 	return "", action.Errorf(action.CodeUnknownKind, "unknown action kind")
 }
@@ -648,21 +641,6 @@ func (e *Executor) NewRevision() uint64 {
 	e.rev.Store(r)
 	e.poke() // page_state carries the revision
 	return r
-}
-
-// ReleaseHeld lifts every key and button any producer holds on this page,
-// for a session leaving the page for another tab (nothing stays pressed on
-// a page nobody drives). It waits for a running Execute.
-func (e *Executor) ReleaseHeld(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var first error
-	for id := range e.producers {
-		if err := e.release(ctx, id, false); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
 }
 
 // HandOver gives the session's clipboard (clipboard_write, copies) to the

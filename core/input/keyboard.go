@@ -36,13 +36,6 @@ func keyUpParams(ke keyEvent) keyParams {
 	}
 }
 
-func keyID(ke keyEvent) string {
-	if ke.code != "" {
-		return "c:" + ke.code
-	}
-	return "k:" + ke.key
-}
-
 // shortcutLetter is the letter a Ctrl/Meta shortcut names: the typed
 // character on any Latin layout, else the physical key (a Cyrillic layout
 // still has Ctrl+C on KeyC).
@@ -110,13 +103,11 @@ func editCommands(ke keyEvent) []string {
 	return nil
 }
 
-func (e *Executor) keyDown(ctx context.Context, pid string, a action.Action) (string, error) {
-	ke, p, op, err := e.keyDownParams(a)
+func (e *Executor) keyDown(ctx context.Context, a action.Action) (string, error) {
+	_, p, op, err := e.keyDownParams(a)
 	if err != nil {
 		return "", err
 	}
-	h := e.holder(pid)
-	h.keys[keyID(ke)] = ke
 	if _, err := call(ctx, e, dispatchKey, p); err != nil {
 		// A dialog opened by a keydown handler: the key got there.
 		return "", pendingOK(err)
@@ -130,14 +121,14 @@ func (e *Executor) keyDown(ctx context.Context, pid string, a action.Action) (st
 // keyPress presses and releases a key as one action, the release sent
 // right behind the press (as click does). A clipboard shortcut goes step
 // by step: its copy or paste follows the key down's reply.
-func (e *Executor) keyPress(ctx context.Context, pid string, a action.Action) (string, error) {
+func (e *Executor) keyPress(ctx context.Context, a action.Action) (string, error) {
 	cmds, op, err := e.keyPressCmds(a)
 	if err != nil {
 		return "", err
 	}
 	if op != "" {
-		text, err := e.keyDown(ctx, pid, a)
-		return text, errors.Join(err, e.keyUp(ctx, pid, a))
+		text, err := e.keyDown(ctx, a)
+		return text, errors.Join(err, e.keyUp(ctx, a))
 	}
 	return "", pendingOK(e.guard(ctx, func(ctx context.Context) error { return e.sequence(ctx, cmds...) }))
 }
@@ -183,26 +174,18 @@ func (e *Executor) keyDownParams(a action.Action) (keyEvent, keyParams, string, 
 	return ke, p, op, nil
 }
 
-func (e *Executor) keyUp(ctx context.Context, pid string, a action.Action) error {
+// keyUp lifts a key. The dispatcher owns held input and sends a key_up
+// only for a key that went down; the event is the key down's (a clipboard
+// shortcut's has no virtual key code) with the modifiers of now.
+func (e *Executor) keyUp(ctx context.Context, a action.Action) error {
 	ke, err := mapKey(a)
 	if err != nil {
 		return action.Errorf(action.CodeInvalidArgument, "%s", err.Error())
 	}
-	h := e.producers[pid]
-	if h == nil {
-		return nil
+	if clipboardOp(ke) != "" {
+		ke.vk = 0
 	}
-	id := keyID(ke)
-	down, ok := h.keys[id]
-	if !ok {
-		// Never sent down (blocked, or released already): nothing to lift.
-		return nil
-	}
-	delete(h.keys, id)
-	e.forget(pid)
-	up := keyUpParams(down)
-	up.Modifiers = ke.mods
-	_, err = call(ctx, e, dispatchKey, up)
+	_, err = call(ctx, e, dispatchKey, keyUpParams(ke))
 	return pendingOK(err)
 }
 

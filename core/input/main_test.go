@@ -165,6 +165,9 @@ type harness struct {
 	ex   *Executor
 	rec  *recorder
 	pid  string
+	// buttons is what the dispatcher would hand the executor as
+	// action.Action.Buttons: the buttons pressed through do and not released.
+	buttons int
 }
 
 func newHarness(t *testing.T, pol Policy) *harness {
@@ -203,9 +206,16 @@ func (h *harness) do(a action.Action) action.Result {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer cancel()
+	a.Buttons = h.buttons
 	res, err := h.ex.Execute(ctx, h.pid, a)
 	if err != nil {
 		h.t.Fatalf("Execute %s: %v", a.Kind, err)
+	}
+	switch a.Kind {
+	case action.PointerDown:
+		h.buttons |= action.ButtonBit(a.Button)
+	case action.PointerUp:
+		h.buttons &^= action.ButtonBit(a.Button)
 	}
 	return res
 }
@@ -213,6 +223,7 @@ func (h *harness) do(a action.Action) action.Result {
 // refused runs a and wants a refusal with code.
 func (h *harness) refused(a action.Action, code string) *action.Error {
 	h.t.Helper()
+	a.Buttons = h.buttons
 	_, err := h.ex.Execute(h.ctx, h.pid, a)
 	var ae *action.Error
 	if !errors.As(err, &ae) || ae.Code != code {
@@ -237,17 +248,6 @@ func (h *harness) eventually(what string, cond func() bool) {
 			h.t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// nothingHeld fails unless no producer holds a key or button (after what).
-func (h *harness) nothingHeld(after string) {
-	h.t.Helper()
-	h.ex.mu.Lock()
-	n, buttons := len(h.ex.producers), h.ex.buttonsHeld()
-	h.ex.mu.Unlock()
-	if n != 0 || buttons != 0 {
-		h.t.Fatalf("after %s: %d producers hold input (buttons %b)", after, n, buttons)
 	}
 }
 

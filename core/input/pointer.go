@@ -19,19 +19,12 @@ const (
 	maxWheelDelta   = 10000.0
 )
 
-// Button bits as CDP's buttons field numbers them.
+// Button bits as CDP's buttons field numbers them (action.Action.Buttons).
 const (
-	bitLeft   = 1
-	bitRight  = 2
-	bitMiddle = 4
+	bitLeft   = action.ButtonLeft
+	bitRight  = action.ButtonRight
+	bitMiddle = action.ButtonMiddle
 )
-
-// held is what one producer holds down.
-type held struct {
-	keys    map[string]keyEvent // by code, or key when there is no code
-	buttons int
-	clicks  map[int]int // click count of each held button's press
-}
 
 // click is the last press, for counting multi-clicks.
 type click struct {
@@ -57,31 +50,6 @@ type mouseEvent struct {
 }
 
 var dispatchMouse = cdp.Command[mouseEvent, cdp.Empty]{Method: input.CommandDispatchMouseEvent}
-
-func (e *Executor) holder(pid string) *held {
-	h := e.producers[pid]
-	if h == nil {
-		h = &held{keys: map[string]keyEvent{}, clicks: map[int]int{}}
-		e.producers[pid] = h
-	}
-	return h
-}
-
-// forget drops a producer that holds nothing, keeping the map bounded.
-func (e *Executor) forget(pid string) {
-	if h := e.producers[pid]; h != nil && h.buttons == 0 && len(h.keys) == 0 {
-		delete(e.producers, pid)
-	}
-}
-
-// buttonsHeld is the union over producers: the page has one mouse.
-func (e *Executor) buttonsHeld() int {
-	b := 0
-	for _, h := range e.producers {
-		b |= h.buttons
-	}
-	return b
-}
 
 func buttonName(bits int) string {
 	switch {
@@ -124,17 +92,21 @@ func (e *Executor) button(name string) (int, error) {
 	return 0, action.Errorf(action.CodeInvalidArgument, "unknown button")
 }
 
-func (e *Executor) pointer(ctx context.Context, pid string, a action.Action) error {
+// pointer performs a move, wheel, press or release. What is held is the
+// dispatcher's (it owns held input): a.Buttons is the buttons down as the
+// action starts, and a release of a button not among them lifts nothing.
+func (e *Executor) pointer(ctx context.Context, a action.Action) error {
 	x, y, err := e.mapPoint(a.X, a.Y)
 	if err != nil {
 		return err
 	}
 	mods := a.Modifiers & 0xf
+	held := a.Buttons & (bitLeft | bitRight | bitMiddle)
 	ev := mouseEvent{X: x, Y: y, Modifiers: mods, PointerType: "mouse"}
 	switch a.Kind {
 	case action.PointerMove:
 		ev.Type = "mouseMoved"
-		ev.Buttons = e.buttonsHeld()
+		ev.Buttons = held
 		ev.Button = buttonName(ev.Buttons)
 
 	case action.Wheel:
@@ -142,7 +114,7 @@ func (e *Executor) pointer(ctx context.Context, pid string, a action.Action) err
 			return action.Errorf(action.CodeInvalidArgument, "wheel deltas must be finite")
 		}
 		ev.Type = "mouseWheel"
-		ev.Buttons = e.buttonsHeld()
+		ev.Buttons = held
 		ev.Button = "none"
 		ev.DeltaX = math.Max(-maxWheelDelta, math.Min(maxWheelDelta, a.DeltaX))
 		ev.DeltaY = math.Max(-maxWheelDelta, math.Min(maxWheelDelta, a.DeltaY))
@@ -152,35 +124,23 @@ func (e *Executor) pointer(ctx context.Context, pid string, a action.Action) err
 		if err != nil {
 			return err
 		}
-		count := e.countClick(bit, x, y, a.ClickCount)
-		h := e.holder(pid)
-		h.buttons |= bit
-		h.clicks[bit] = count
 		ev.Type = "mousePressed"
 		ev.Button = buttonName(bit)
-		ev.Buttons = e.buttonsHeld()
-		ev.ClickCount = count
+		ev.Buttons = held | bit
+		ev.ClickCount = e.countClick(bit, x, y, a.ClickCount)
 
 	case action.PointerUp:
 		bit, err := e.button(a.Button)
 		if err != nil {
 			return err
 		}
-		h := e.producers[pid]
-		if h == nil || h.buttons&bit == 0 {
-			return nil // not pressed by this producer (or already released)
+		if held&bit == 0 {
+			return nil // not held (never pressed, or released already)
 		}
-		h.buttons &^= bit
-		count := h.clicks[bit]
-		delete(h.clicks, bit)
-		if a.ClickCount > 0 {
-			count = min(a.ClickCount, 3)
-		}
-		e.forget(pid)
 		ev.Type = "mouseReleased"
 		ev.Button = buttonName(bit)
-		ev.Buttons = e.buttonsHeld()
-		ev.ClickCount = count
+		ev.Buttons = held &^ bit
+		ev.ClickCount = e.releaseCount(bit, a.ClickCount)
 	}
 	e.pos = [2]float64{x, y}
 	_, err = call(ctx, e, dispatchMouse, ev)
@@ -201,7 +161,7 @@ func (e *Executor) click(ctx context.Context, a action.Action) error {
 	if err != nil {
 		return err
 	}
-	held := e.buttonsHeld()
+	held := a.Buttons & (bitLeft | bitRight | bitMiddle)
 	press := mouseEvent{Type: "mousePressed", X: x, Y: y, Modifiers: a.Modifiers & 0xf, PointerType: "mouse",
 		Button: buttonName(bit), Buttons: held | bit, ClickCount: e.countClick(bit, x, y, a.ClickCount)}
 	release := press
@@ -291,45 +251,14 @@ func (e *Executor) countClick(bit int, x, y float64, given int) int {
 	return count
 }
 
-// release lifts what producer pid holds. direct skips the dialog guard
-// (Close, when the executor's context is gone).
-func (e *Executor) release(ctx context.Context, pid string, direct bool) error {
-	h := e.producers[pid]
-	if h == nil {
-		return nil
+// releaseCount numbers a release: the client's count when given, else its
+// press's (the last press, when it was of this button).
+func (e *Executor) releaseCount(bit, given int) int {
+	switch {
+	case given > 0:
+		return min(given, 3)
+	case e.last.button == bit:
+		return e.last.count
 	}
-	send := func(method string, params any) error {
-		if direct {
-			if !e.dialogOpen() {
-				return e.t.Call(ctx, method, params, nil)
-			}
-			// Under a dialog the ack never comes; the event is delivered.
-			tctx, cancel := context.WithTimeout(ctx, dialogAckWait)
-			defer cancel()
-			if err := e.t.Call(tctx, method, params, nil); err != nil && ctx.Err() != nil {
-				return err
-			}
-			return nil
-		}
-		return pendingOK(e.guard(ctx, func(ctx context.Context) error { return e.t.Call(ctx, method, params, nil) }))
-	}
-	var firstErr error
-	for id, ke := range h.keys {
-		delete(h.keys, id)
-		if err := send(input.CommandDispatchKeyEvent, keyUpParams(ke)); err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	for _, bit := range []int{bitLeft, bitRight, bitMiddle} {
-		if h.buttons&bit == 0 {
-			continue
-		}
-		h.buttons &^= bit
-		ev := mouseEvent{Type: "mouseReleased", X: e.pos[0], Y: e.pos[1], Button: buttonName(bit), Buttons: e.buttonsHeld(), ClickCount: h.clicks[bit], PointerType: "mouse"}
-		if err := send(input.CommandDispatchMouseEvent, ev); err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	delete(e.producers, pid)
-	return firstErr
+	return 1
 }

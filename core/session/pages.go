@@ -405,11 +405,14 @@ func (s *Session) switchToLocked(ctx context.Context, t *tab) error {
 		}
 		return nil
 	}
-	if old != nil && !old.gone.Load() {
-		// Nothing stays pressed on a page nobody drives any more.
+	if old != nil && !old.gone.Load() && s.disp != nil {
+		// Nothing stays pressed on a page nobody drives any more. The
+		// dispatcher owns what is held; the turn is ours, so nothing runs.
 		rctx, cancel := context.WithTimeout(ctx, releaseWait)
-		if err := old.exec.ReleaseHeld(rctx); err != nil {
-			s.log.Debug("release held input on the tab left", "err", err)
+		for _, r := range s.disp.LiftHeld() {
+			if _, err := old.exec.Execute(rctx, r.ProducerID, r.Action); err != nil {
+				s.log.Debug("release held input on the tab left", "kind", r.Action.Kind, "err", err)
+			}
 		}
 		cancel()
 	}
