@@ -81,17 +81,10 @@ func openGate(ctx context.Context, cfg *config.Config, sup *supervisor.Superviso
 		if g.plugin, err = startPlugin(ctx, sup, cfg, dir, plugins.KindAuth, cfg.Auth.Plugin); err != nil {
 			return nil, err
 		}
-		h := g.plugin
+		authn := supervisor.Dispense[auth.Authenticator](g.plugin)
 		g.opts.Plugin = func(ctx context.Context) (auth.Authenticator, error) {
-			c, _, err := h.Client(ctx)
-			if err != nil {
-				return nil, err
-			}
-			a, ok := c.(auth.Authenticator)
-			if !ok {
-				return nil, fmt.Errorf("plugin %s is not an auth plugin", cfg.Auth.Plugin)
-			}
-			return a, nil
+			a, _, err := authn.Get(ctx)
+			return a, err
 		}
 		g.opts.Logins = access.NewLogins(cfg.Auth.LoginIdle, cfg.Auth.LoginMax)
 		if g.opts.Tokens, err = access.OpenTokens(filepath.Join(cfg.Server.DataDir, "tokens.json")); err != nil {

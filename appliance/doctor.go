@@ -19,6 +19,7 @@ import (
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/supervisor"
 	"github.com/tabcast/tabcast/plugins"
+	"github.com/tabcast/tabcast/plugins/base"
 	"github.com/tabcast/tabcast/plugins/capture"
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
@@ -163,13 +164,12 @@ func tlsCheck(cfg *config.Config) check {
 
 func pluginCheck(ctx context.Context, h *supervisor.Handle, path string) check {
 	name := "plugin " + h.Name()
-	cl, _, err := h.Client(ctx)
+	p, _, err := supervisor.Dispense[base.Plugin](h).Get(ctx)
 	if err != nil {
 		return check{Name: name, Status: "fail", Detail: err.Error(), Hint: "see `tabcast run` logs for the plugin's stderr"}
 	}
-	type pinger interface{ Ping(context.Context) error }
 	start := time.Now()
-	if err := cl.(pinger).Ping(ctx); err != nil {
+	if err := p.Ping(ctx); err != nil {
 		return check{Name: name, Status: "fail", Detail: "does not answer: " + err.Error()}
 	}
 	st := h.Status()
@@ -178,11 +178,11 @@ func pluginCheck(ctx context.Context, h *supervisor.Handle, path string) check {
 }
 
 func encoderChecks(ctx context.Context, h *supervisor.Handle) []check {
-	cl, _, err := h.Client(ctx)
+	enc, _, err := supervisor.Dispense[encoder.Encoder](h).Get(ctx)
 	if err != nil {
 		return nil
 	}
-	probes, err := cl.(encoder.Encoder).Capabilities(ctx)
+	probes, err := enc.Capabilities(ctx)
 	if err != nil {
 		return []check{{Name: "encoders", Status: "fail", Detail: err.Error()}}
 	}
@@ -249,10 +249,11 @@ func tabCaptureCheck(ctx context.Context, cfg *config.Config, sup *supervisor.Su
 		c.Status, c.Detail, c.Hint = "warn", err.Error(), "build the plugins (make build) or set video.capture cdp"
 		return c
 	}
-	cl, _, err := h.Client(ctx)
+	tab := supervisor.Dispense[capture.Controllable](h)
+	tc, _, err := tab.Get(ctx)
 	var flags []string
 	if err == nil {
-		flags, err = cl.(capture.Capturer).ChromiumFlags(ctx)
+		flags, err = tc.ChromiumFlags(ctx)
 	}
 	if err != nil {
 		c.Status, c.Detail = "warn", "plugin flags: "+err.Error()
@@ -267,7 +268,7 @@ func tabCaptureCheck(ctx context.Context, cfg *config.Config, sup *supervisor.Su
 		return c
 	}
 	defer b.Close()
-	m := session.NewManager(session.Config{Capture: cfg.Video.Capture, TabCapture: h, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}, b, nil, nil, nil)
+	m := session.NewManager(session.Config{Capture: cfg.Video.Capture, TabCapture: tab, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}, b, nil, nil, nil)
 	defer func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		m.Shutdown(sctx)

@@ -33,11 +33,10 @@ func turnChecks(ctx context.Context, cfg *config.Config, sup *supervisor.Supervi
 		return []check{{Name: name, Status: "fail", Detail: err.Error(), Hint: hint}}
 	}
 	out := []check{pluginCheck(ctx, h, dir+"/"+cfg.Turn.Plugin)}
-	c, _, err := h.Client(ctx)
+	r, _, err := supervisor.Dispense[turn.Relay](h).Get(ctx)
 	if err != nil {
 		return out
 	}
-	r := c.(turn.Relay)
 	scope := turn.Scope{User: "doctor", Session: "doctor", Peer: "doctor", Generation: 1}
 	cred, err := r.MintCredential(ctx, scope, time.Minute)
 	if err != nil {

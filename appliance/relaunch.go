@@ -42,13 +42,9 @@ func (a *appliance) captureFlags(ctx context.Context) ([]string, error) {
 		if h == nil {
 			continue
 		}
-		cl, _, err := h.Client(ctx)
+		c, _, err := supervisor.Dispense[capture.Capturer](h).Get(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("capture plugin %s: %w", h.Status().Name, err)
-		}
-		c, ok := cl.(capture.Capturer)
-		if !ok {
-			return nil, fmt.Errorf("capture plugin %s: client is %T", h.Status().Name, cl)
 		}
 		f, err := c.ChromiumFlags(ctx)
 		if err != nil {

@@ -128,14 +128,11 @@ func selfAddressesLAN(cfg *config.Config) ([]string, error) {
 // viewer, session, peer and its generation; revoke ends it when the peer
 // goes (not only at expiry).
 func iceServers(h *supervisor.Handle, ttl time.Duration) func(ctx context.Context, v signaling.Viewer, sessionID, peerID string, gen uint64) ([]signaling.ICEServer, func(), error) {
+	relay := supervisor.Dispense[turn.Relay](h)
 	return func(ctx context.Context, v signaling.Viewer, sessionID, peerID string, gen uint64) ([]signaling.ICEServer, func(), error) {
-		c, _, err := h.Client(ctx)
+		r, _, err := relay.Get(ctx)
 		if err != nil {
 			return nil, nil, err
-		}
-		r, ok := c.(turn.Relay)
-		if !ok {
-			return nil, nil, fmt.Errorf("plugin %s is not a turn plugin", h.Name())
 		}
 		scope := turn.Scope{User: v.Name, Session: sessionID, Peer: peerID, Generation: int(gen % (1 << 31))}
 		cred, err := r.MintCredential(ctx, scope, ttl)
@@ -145,10 +142,8 @@ func iceServers(h *supervisor.Handle, ttl time.Duration) func(ctx context.Contex
 		revoke := func() {
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if c, _, err := h.Client(rctx); err == nil {
-				if r, ok := c.(turn.Relay); ok {
-					_, _ = r.Revoke(rctx, scope)
-				}
+			if r, _, err := relay.Get(rctx); err == nil {
+				_, _ = r.Revoke(rctx, scope)
 			}
 		}
 		return []signaling.ICEServer{{URLs: cred.URLs, Username: cred.Username, Credential: cred.Password}}, revoke, nil
@@ -158,15 +153,12 @@ func iceServers(h *supervisor.Handle, ttl time.Duration) func(ctx context.Contex
 // relayMetrics are the relay's counters for /metrics (none when it does
 // not answer within a second).
 func relayMetrics(h *supervisor.Handle) func(ctx context.Context) []httpapi.Metric {
+	relay := supervisor.Dispense[turn.Relay](h)
 	return func(ctx context.Context) []httpapi.Metric {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		c, _, err := h.Client(ctx)
+		r, _, err := relay.Get(ctx)
 		if err != nil {
-			return nil
-		}
-		r, ok := c.(turn.Relay)
-		if !ok {
 			return nil
 		}
 		st, err := r.Status(ctx)

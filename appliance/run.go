@@ -287,9 +287,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			return browser.Launch(ctx, o)
 		},
 		Logger:  log.With("component", "session"),
-		Capture: cfg.Video.Capture, TabCapture: tabHandle(a.tab),
+		Capture: cfg.Video.Capture, TabCapture: sessionPlugin[capture.Controllable](a.tab),
 		Telemetry: tm,
-	}, a.browser, a.capture, a.encoder, a.codecs)
+	}, a.browser, sessionPlugin[capture.Capturer](a.capture), sessionPlugin[encoder.Encoder](a.encoder), a.codecs)
 	if cfg.Video.Capture == session.CaptureAuto && a.tab != nil {
 		a.sessions.ProbeTabCapture(ctx)
 	}
@@ -409,21 +409,21 @@ func (a *appliance) pluginFacts(ctx context.Context) ([]string, []encoder.Probe,
 		if h == nil {
 			continue
 		}
-		cl, _, err := h.Client(cctx)
+		c, _, err := supervisor.Dispense[capture.Capturer](h).Get(cctx)
 		if err != nil {
 			return nil, nil, fmt.Errorf("capture plugin %s: %w", h.Status().Name, err)
 		}
-		f, err := cl.(capture.Capturer).ChromiumFlags(cctx)
+		f, err := c.ChromiumFlags(cctx)
 		if err != nil {
 			return nil, nil, fmt.Errorf("capture plugin %s flags: %w", h.Status().Name, err)
 		}
 		flags = append(flags, f...)
 	}
-	el, _, err := a.encoder.Client(cctx)
+	enc, _, err := supervisor.Dispense[encoder.Encoder](a.encoder).Get(cctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoder plugin: %w", err)
 	}
-	probes, err := el.(encoder.Encoder).Capabilities(cctx)
+	probes, err := enc.Capabilities(cctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoder plugin capabilities: %w", err)
 	}
@@ -619,12 +619,13 @@ func (a inputAdapter) Submit(e wire.Envelope, reply func(wire.Ack)) {
 
 func (a inputAdapter) Close() { a.p.Close() }
 
-// tabHandle keeps a nil handle a nil interface.
-func tabHandle(h *supervisor.Handle) session.PluginHandle {
+// sessionPlugin is h typed as contract T for the session manager; a nil
+// handle (a plugin not configured) stays a nil interface.
+func sessionPlugin[T any](h *supervisor.Handle) session.Plugin[T] {
 	if h == nil {
 		return nil
 	}
-	return h
+	return supervisor.Dispense[T](h)
 }
 
 // sessionVideo is the encode targets the session manager takes from config,

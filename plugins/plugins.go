@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Handshake is shared by host and plugins. It is not a security measure; it
@@ -51,4 +53,16 @@ func Logger(name string) *slog.Logger {
 // NewLogger is Logger with an explicit writer (for tests).
 func NewLogger(w io.Writer, name string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})).With("plugin", name)
+}
+
+// Broken says whether err (or an error it wraps), returned by a call on a
+// plugin client, means the plugin process is gone or hung, as opposed to
+// the plugin refusing one request: gRPC Unavailable, DeadlineExceeded or
+// Aborted. The host restarts a plugin on such an error.
+func Broken(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
 }

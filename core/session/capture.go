@@ -131,7 +131,7 @@ func (s *Session) publishPipesLocked() {
 
 func (s *Session) cdpCaptureLoop(ctx context.Context) {
 	media.Retry(ctx, func(ctx context.Context) error {
-		return s.streamFrom(ctx, s.m.capture, s.onJPEG)
+		return streamFrom(ctx, s, s.m.capture, s.onJPEG)
 	}, func(err error) {
 		if err != nil {
 			// The plugin's error text can carry the browser's DevTools URL:
@@ -150,7 +150,7 @@ func (s *Session) cdpCaptureLoop(ctx context.Context) {
 // tried one rebind by then, so the session goes over to the CDP screencast
 // for good (viewers see one keyframe interval of the old picture at most).
 func (s *Session) tabCaptureLoop(ctx context.Context) {
-	err := s.streamFrom(ctx, s.m.tab, s.onEncoded)
+	err := streamFrom(ctx, s, s.m.tab, s.onEncoded)
 	// After a tab switch the plugin may still be ending the old tab's
 	// stream of this session: wait for it rather than fall back.
 	for deadline := time.Now().Add(3 * time.Second); err != nil && ctx.Err() == nil && time.Now().Before(deadline) &&
@@ -159,7 +159,7 @@ func (s *Session) tabCaptureLoop(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):
 		}
-		err = s.streamFrom(ctx, s.m.tab, s.onEncoded)
+		err = streamFrom(ctx, s, s.m.tab, s.onEncoded)
 	}
 	if ctx.Err() != nil {
 		return
@@ -203,30 +203,22 @@ func (s *Session) fallBackLocked(reason string, err error) {
 	s.reconcileCapturesLocked()
 }
 
-func (s *Session) streamFrom(ctx context.Context, h PluginHandle, send func(capture.Frame) error) error {
+// streamFrom streams s's current tab from the capture plugin h (the CDP
+// screencast or tab capture); h.Call reports a broken plugin.
+func streamFrom[C capture.Capturer](ctx context.Context, s *Session, h Plugin[C], send func(capture.Frame) error) error {
 	if h == nil {
 		return errors.New("capture plugin: not configured")
-	}
-	cl, gen, err := h.Client(ctx)
-	if err != nil {
-		return fmt.Errorf("capture plugin: %w", err)
-	}
-	c, ok := cl.(capture.Capturer)
-	if !ok {
-		return fmt.Errorf("capture plugin: client is %T, not a capturer", cl)
 	}
 	pg := s.Page() // the current tab: a tab switch restarts the loops
 	if pg == nil {
 		return errors.New("capture: no page")
 	}
-	err = c.Stream(ctx, capture.Target{
-		SessionID: s.id, BrowserWSURL: s.chromium().WSURL(), TargetID: pg.TargetID(),
-		Width: s.width, Height: s.height,
-	}, send)
-	if err != nil && brokenPlugin(err) && ctx.Err() == nil {
-		h.ReportFailure(gen, err)
-	}
-	return err
+	return h.Call(ctx, func(c C) error {
+		return c.Stream(ctx, capture.Target{
+			SessionID: s.id, BrowserWSURL: s.chromium().WSURL(), TargetID: pg.TargetID(),
+			Width: s.width, Height: s.height,
+		}, send)
+	})
 }
 
 // saneCaptureTime replaces a clock we cannot trust: it must not poison
@@ -352,12 +344,8 @@ func (s *Session) tabControl(ctx context.Context, c capture.StreamControl) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	cl, _, err := s.m.tab.Client(cctx)
+	ctl, _, err := s.m.tab.Get(cctx)
 	if err != nil {
-		return
-	}
-	ctl, ok := cl.(capture.Controller)
-	if !ok {
 		return
 	}
 	if err := ctl.Control(cctx, s.id, c); err != nil {
@@ -423,12 +411,8 @@ func (m *Manager) ProbeTabCapture(ctx context.Context) TabProbe {
 func (m *Manager) probeTab(ctx context.Context) (time.Duration, string) {
 	ctx, cancel := context.WithTimeout(ctx, tabProbeTimeout+2*time.Second)
 	defer cancel()
-	cl, _, err := m.tab.Client(ctx)
+	c, _, err := m.tab.Get(ctx)
 	if err != nil {
-		return 0, "plugin_unavailable"
-	}
-	c, ok := cl.(capture.Capturer)
-	if !ok {
 		return 0, "plugin_unavailable"
 	}
 	m.bmu.Lock()

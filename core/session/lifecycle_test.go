@@ -12,17 +12,23 @@ import (
 
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/plugins/capture"
+	"github.com/tabcast/tabcast/plugins/encoder"
 	"go.uber.org/goleak"
 )
 
 // noPlugin stands in for the capture and encoder plugins: lifecycle tests
 // never start media, and a call would be a bug.
-type noPlugin struct{}
+type noPlugin[T any] struct{}
 
-func (noPlugin) Client(context.Context) (any, uint64, error) {
-	return nil, 0, errors.New("no plugin in lifecycle tests")
+var errNoPlugin = errors.New("no plugin in lifecycle tests")
+
+func (noPlugin[T]) Get(context.Context) (T, uint64, error) {
+	var zero T
+	return zero, 0, errNoPlugin
 }
-func (noPlugin) ReportFailure(uint64, error) {}
+func (noPlugin[T]) Call(context.Context, func(T) error) error { return errNoPlugin }
+func (noPlugin[T]) Report(uint64, error)                      {}
 
 func launch(ctx context.Context) (*browser.Browser, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -45,7 +51,7 @@ func newManager(t *testing.T, cfg Config) (*Manager, *browser.Browser) {
 		cfg.MaxViewers = 4
 	}
 	cfg.Width, cfg.Height = 640, 480
-	m := NewManager(cfg, b, noPlugin{}, noPlugin{}, []string{"vp8"})
+	m := NewManager(cfg, b, noPlugin[capture.Capturer]{}, noPlugin[encoder.Encoder]{}, []string{"vp8"})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

@@ -22,17 +22,24 @@ import (
 	"github.com/tabcast/tabcast/core/egress"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/telemetry"
+	"github.com/tabcast/tabcast/plugins/capture"
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
 
-// PluginHandle is what sessions need from a supervised plugin.
-type PluginHandle interface {
-	// Client returns the plugin's client and its generation, waiting while
+// Plugin is what sessions need from a supervised plugin serving contract T
+// (the appliance passes a *supervisor.Client[T]).
+type Plugin[T any] interface {
+	// Get returns the plugin's client and its generation, waiting while
 	// the plugin restarts.
-	Client(ctx context.Context) (any, uint64, error)
-	// ReportFailure says a call on generation gen failed as if the plugin
-	// were broken; the supervisor restarts it once per generation.
-	ReportFailure(gen uint64, err error)
+	Get(ctx context.Context) (T, uint64, error)
+	// Call runs fn with the plugin's client; an error of fn that says the
+	// plugin is broken is reported to the supervisor, which restarts the
+	// plugin once per generation.
+	Call(ctx context.Context, fn func(T) error) error
+	// Report is Call's report for a client used beyond one call (an
+	// encoder stream): err, from a call on generation gen, restarts the
+	// plugin when it says the plugin is broken.
+	Report(gen uint64, err error)
 }
 
 // Browser is what sessions need from the running Chromium.
@@ -89,7 +96,7 @@ type Config struct {
 	// capture needs TabCapture, the capture-tab plugin; auto uses it only
 	// after ProbeTabCapture succeeded.
 	Capture    string
-	TabCapture PluginHandle
+	TabCapture Plugin[capture.Controllable]
 	// Telemetry counts session creations and input events; nil = none.
 	Telemetry *telemetry.Metrics
 	// PopupsInBackground leaves the pages a session's current tab opens
@@ -141,9 +148,9 @@ type CreateOptions struct {
 type Manager struct {
 	cfg     Config
 	log     *slog.Logger
-	capture PluginHandle // the CDP screencast, also the fallback of tab capture
-	tab     PluginHandle // tab capture; nil when not configured
-	encoder PluginHandle
+	capture Plugin[capture.Capturer]     // the CDP screencast, also the fallback of tab capture
+	tab     Plugin[capture.Controllable] // tab capture; nil when not configured
+	encoder Plugin[encoder.Encoder]
 	codecs  []string
 
 	vid atomic.Pointer[Video] // the encode targets; SetVideo replaces them
@@ -171,7 +178,7 @@ type Manager struct {
 
 // NewManager returns a manager. codecs are the codecs the encoder plugin
 // really produces (see Codecs), narrowed by cfg.Video.Codec.
-func NewManager(cfg Config, b Browser, capturePlugin, encoderPlugin PluginHandle, codecs []string) *Manager {
+func NewManager(cfg Config, b Browser, capturePlugin Plugin[capture.Capturer], encoderPlugin Plugin[encoder.Encoder], codecs []string) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

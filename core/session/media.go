@@ -2,13 +2,10 @@ package session
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/tabcast/tabcast/core/media"
+	"github.com/tabcast/tabcast/plugins"
 	"github.com/tabcast/tabcast/plugins/capture"
-	"github.com/tabcast/tabcast/plugins/encoder"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Video are the encode targets for every pipeline.
@@ -46,20 +43,13 @@ func (ps pipeSource) LastFrame() *capture.Frame { return ps.s.lastFrame.Load() }
 
 func (ps pipeSource) Encoder(ctx context.Context) (media.Encoder, func(error), error) {
 	h := ps.s.m.encoder
-	cl, gen, err := h.Client(ctx)
+	enc, gen, err := h.Get(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	enc, ok := cl.(encoder.Encoder)
-	if !ok {
-		return nil, nil, fmt.Errorf("client is %T, not an encoder", cl)
-	}
-	fail := func(err error) {
-		if brokenPlugin(err) {
-			h.ReportFailure(gen, err)
-		}
-	}
-	return enc, fail, nil
+	// The stream outlives one call: the pipeline reports its errors, and
+	// Report restarts the plugin when one says it is broken.
+	return enc, func(err error) { h.Report(gen, err) }, nil
 }
 
 func (ps pipeSource) Passthrough(codec string) (bool, <-chan struct{}) {
@@ -76,10 +66,4 @@ func (ps pipeSource) LowBandwidth() { ps.s.fallBackToCDP(ReasonLowBandwidth, nil
 
 // brokenPlugin says whether err means the plugin process is gone or hung,
 // as opposed to the plugin refusing one request.
-func brokenPlugin(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
-		return true
-	}
-	return false
-}
+func brokenPlugin(err error) bool { return plugins.Broken(err) }

@@ -91,13 +91,9 @@ func (h *Handle) Reconfigure(ctx context.Context, conf json.RawMessage) error {
 	if len(conf) == 0 || conf[0] != '{' || !json.Valid(conf) {
 		return fmt.Errorf("plugin %s: config is not a JSON object", h.spec.Name)
 	}
-	cl, _, err := h.Client(ctx)
+	bp, _, err := Dispense[base.Plugin](h).Get(ctx)
 	if err != nil {
 		return err
-	}
-	bp, ok := cl.(base.Plugin)
-	if !ok {
-		return fmt.Errorf("plugin %s: client %T takes no config", h.spec.Name, cl)
 	}
 	if err := bp.SetConfig(ctx, conf); err != nil {
 		return fmt.Errorf("plugin %s: %w", h.spec.Name, err)
@@ -111,11 +107,12 @@ func (h *Handle) Reconfigure(ctx context.Context, conf json.RawMessage) error {
 // Name is the plugin's name.
 func (h *Handle) Name() string { return h.spec.Name }
 
-// Client returns the dispensed client (e.g. *capture.Client,
+// dispensed returns the dispensed client (e.g. *capture.Client,
 // *encoder.Client) and its generation. It waits (ctx-bounded) while the
 // plugin is (re)starting; it returns an error wrapping ErrDegraded when the
-// plugin is degraded and ErrStopped after Shutdown.
-func (h *Handle) Client(ctx context.Context) (client any, generation uint64, err error) {
+// plugin is degraded and ErrStopped after Shutdown. Callers outside the
+// package go through Dispense, which types the client.
+func (h *Handle) dispensed(ctx context.Context) (client any, generation uint64, err error) {
 	for {
 		h.mu.Lock()
 		switch h.state {

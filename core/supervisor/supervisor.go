@@ -14,7 +14,7 @@
 //     so base.AsConfigError(err) names the key.
 //   - Any other failure of the first attempt is returned as an error AND the
 //     handle stays supervised: it retries with backoff and becomes degraded
-//     once the crash budget is spent. Client waits (ctx-bounded) meanwhile.
+//     once the crash budget is spent. Client.Get waits (ctx-bounded) meanwhile.
 //   - Start always returns a non-nil handle except for an invalid Spec, a
 //     duplicate name, or a supervisor that is shut down.
 package supervisor
@@ -83,7 +83,7 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Sentinel errors; Client and Start wrap them with the plugin name.
+// Sentinel errors; Client.Get and Start wrap them with the plugin name.
 var (
 	// ErrDegraded: the plugin failed too often (or permanently) and is no
 	// longer restarted.

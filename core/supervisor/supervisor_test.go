@@ -251,12 +251,11 @@ func waitGen(t *testing.T, h *Handle, gen uint64, within time.Duration) (*captur
 	defer cancel()
 	for {
 		ch := h.Changes()
-		c, g, err := h.Client(ctx)
+		cc, g, err := Dispense[*capture.Client](h).Get(ctx)
 		if err != nil {
 			t.Fatalf("Client waiting for generation %d: %v (status %+v)", gen, err, h.Status())
 		}
 		if g >= gen {
-			cc := c.(*capture.Client)
 			if err := cc.Ping(ctx); err != nil {
 				t.Fatalf("Ping generation %d: %v", g, err)
 			}
@@ -308,13 +307,9 @@ func TestStartServesAndRelogsStderr(t *testing.T) {
 		t.Fatalf("Handles: %v", got)
 	}
 
-	c, gen, err := h.Client(ctx)
+	cc, gen, err := Dispense[*capture.Client](h).Get(ctx)
 	if err != nil || gen != 1 {
 		t.Fatalf("Client: gen %d err %v", gen, err)
-	}
-	cc, ok := c.(*capture.Client)
-	if !ok {
-		t.Fatalf("client is %T, want *capture.Client", c)
 	}
 	flags, err := cc.ChromiumFlags(ctx)
 	if err != nil || len(flags) != 1 || flags[0] != "--test-flag" {
@@ -461,7 +456,7 @@ func TestFailAtStartDegradesAfterBudget(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if _, _, err := h.Client(ctx); !errors.Is(err, ErrDegraded) || !strings.Contains(err.Error(), "capture-failstart") {
+	if _, _, err := Dispense[capture.Capturer](h).Get(ctx); !errors.Is(err, ErrDegraded) || !strings.Contains(err.Error(), "capture-failstart") {
 		t.Errorf("Client on degraded: %v", err)
 	}
 	if e := logs.waitEntry(t, "capture-failstart", "failing at start on purpose"); e["level"] != "ERROR" {
@@ -620,7 +615,7 @@ func TestShutdownLeavesNoProcess(t *testing.T) {
 		if st := h.Status(); st.State != StateStopped || st.PID != 0 {
 			t.Errorf("status after Shutdown: %+v", st)
 		}
-		if _, _, err := h.Client(ctx); !errors.Is(err, ErrStopped) {
+		if _, _, err := Dispense[capture.Capturer](h).Get(ctx); !errors.Is(err, ErrStopped) {
 			t.Errorf("Client after Shutdown: %v", err)
 		}
 	}

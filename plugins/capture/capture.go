@@ -94,3 +94,10 @@ type Controller interface {
 	// Control applies c to the running Stream of sessionID.
 	Control(ctx context.Context, sessionID string, c StreamControl) error
 }
+
+// Controllable is a Capturer whose streams take per-stream controls: what
+// the host's Client serves, and what the host asks of tab capture.
+type Controllable interface {
+	Capturer
+	Controller
+}
