@@ -91,18 +91,16 @@ func doctor(ctx context.Context, cfg *config.Config, stderr io.Writer) []check {
 		_ = sup.Shutdown(sctx)
 		cancel()
 	}()
-	for _, p := range []struct{ kind, name string }{
-		{plugins.KindCapture, cfg.Plugins.Capture},
-		{plugins.KindEncoder, cfg.Plugins.Encoder},
-	} {
-		h, err := startPlugin(ctx, sup, cfg, dir, p.kind, p.name)
+	for _, slot := range []plugins.Slot{plugins.SlotCapture, plugins.SlotEncoder} {
+		name := cfg.PluginIn(slot)
+		h, err := startPlugin(ctx, sup, cfg, dir, slot)
 		if err != nil {
-			out = append(out, check{Name: "plugin " + p.name, Status: "fail", Detail: err.Error(),
-				Hint: "build the plugins (make build) or check plugins.dir, plugins.sha256 and plugins.config." + p.name})
+			out = append(out, check{Name: "plugin " + name, Status: "fail", Detail: err.Error(),
+				Hint: "build the plugins (make build) or check plugins.dir, plugins.sha256 and plugins.config." + name})
 			continue
 		}
-		out = append(out, pluginCheck(ctx, h, filepath.Join(dir, p.name)))
-		if p.kind == plugins.KindEncoder {
+		out = append(out, pluginCheck(ctx, h, filepath.Join(dir, name)))
+		if slot == plugins.SlotEncoder {
 			out = append(out, encoderChecks(ctx, h)...)
 		}
 	}
@@ -124,7 +122,7 @@ func authChecks(ctx context.Context, cfg *config.Config, sup *supervisor.Supervi
 	usersFile, _ := cfg.Plugins.Config[cfg.Auth.Plugin]["usersFile"].(string)
 	if _, err := os.Stat(usersFile); usersFile != "" && err != nil {
 		out = append(out, check{Name: "plugin " + cfg.Auth.Plugin, Status: "warn", Detail: "no users file yet (" + usersFile + "): the first `tabcast run` creates admin and prints a one-time password"})
-	} else if h, err := startPlugin(ctx, sup, cfg, dir, plugins.KindAuth, cfg.Auth.Plugin); err != nil {
+	} else if h, err := startPlugin(ctx, sup, cfg, dir, plugins.SlotAuth); err != nil {
 		out = append(out, check{Name: "plugin " + cfg.Auth.Plugin, Status: "fail", Detail: err.Error(), Hint: "check plugins.config." + cfg.Auth.Plugin})
 	} else {
 		out = append(out, pluginCheck(ctx, h, filepath.Join(dir, cfg.Auth.Plugin)))
@@ -244,7 +242,7 @@ func tabCaptureCheck(ctx context.Context, cfg *config.Config, sup *supervisor.Su
 		c.Status, c.Detail = "ok", "off (video.capture "+cfg.Video.Capture+", plugins.tabCapture "+strconv.Quote(cfg.Plugins.TabCapture)+"): sessions use the CDP screencast"
 		return c
 	}
-	h, err := startPlugin(ctx, sup, cfg, dir, plugins.KindCapture, cfg.Plugins.TabCapture)
+	h, err := startPlugin(ctx, sup, cfg, dir, plugins.SlotTabCapture)
 	if err != nil {
 		c.Status, c.Detail, c.Hint = "warn", err.Error(), "build the plugins (make build) or set video.capture cdp"
 		return c

@@ -13,6 +13,7 @@ import (
 	pturn "github.com/pion/turn/v4"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/core/supervisor"
+	"github.com/tabcast/tabcast/plugins"
 	"github.com/tabcast/tabcast/plugins/turn"
 )
 
@@ -24,7 +25,7 @@ func turnChecks(ctx context.Context, cfg *config.Config, sup *supervisor.Supervi
 		return []check{{Name: "turn", Status: "warn", Detail: "off (turn.enabled false): viewers need a direct path to UDP/TCP " + fmt.Sprint(cfg.WebRTC.UDPPort)}}
 	}
 	name := "plugin " + cfg.Turn.Plugin
-	h, err := startRelay(ctx, sup, cfg, dir)
+	h, err := startPlugin(ctx, sup, cfg, dir, plugins.SlotTurn)
 	if err != nil {
 		hint := "check plugins.config." + cfg.Turn.Plugin
 		if strings.Contains(err.Error(), "address already in use") {

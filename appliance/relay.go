@@ -13,7 +13,6 @@ import (
 	"github.com/tabcast/tabcast/core/httpapi"
 	"github.com/tabcast/tabcast/core/signaling"
 	"github.com/tabcast/tabcast/core/supervisor"
-	"github.com/tabcast/tabcast/plugins"
 	"github.com/tabcast/tabcast/plugins/turn"
 )
 
@@ -48,26 +47,9 @@ func selfAddresses(cfg *config.Config) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// startRelay starts the TURN plugin with the appliance's own addresses and
-// ICE port as the only peers it may relay to (unless set explicitly).
-func startRelay(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Config, dir string) (*supervisor.Handle, error) {
-	name := cfg.Turn.Plugin
-	b, err := relayConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	h, err := sup.Start(ctx, supervisor.Spec{
-		Name: name, Kind: plugins.KindTurn, Path: dir + "/" + name,
-		SHA256: cfg.Plugins.SHA256[name], Config: b,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("plugin %s (turn): %w", name, err)
-	}
-	return h, nil
-}
-
 // relayConfig is the relay plugin's config: its subtree plus what the
-// appliance knows (its own addresses and media port, its certificate).
+// appliance knows (its own addresses and media port, its certificate), so
+// that those are the only peers it may relay to unless set explicitly.
 func relayConfig(cfg *config.Config) ([]byte, error) {
 	name := cfg.Turn.Plugin
 	raw, err := cfg.PluginConfigJSON(name)

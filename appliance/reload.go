@@ -9,6 +9,7 @@ import (
 
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/core/supervisor"
+	"github.com/tabcast/tabcast/plugins"
 )
 
 // reloader is how `tabcast run` re-reads its config on SIGHUP.
@@ -110,18 +111,41 @@ func (a *appliance) reload(ctx context.Context) {
 
 // pluginNamed is the running plugin of that name, or nil.
 func (a *appliance) pluginNamed(name string) *supervisor.Handle {
-	for _, h := range []*supervisor.Handle{a.capture, a.tab, a.encoder, a.relay, a.gate.plugin} {
-		if h != nil && h.Name() == name {
-			return h
+	_, h := a.slotNamed(name)
+	return h
+}
+
+// slotNamed is the slot and running plugin of that name (nil when none).
+func (a *appliance) slotNamed(name string) (plugins.Slot, *supervisor.Handle) {
+	for _, s := range plugins.Catalog() {
+		if h := a.running(s); h != nil && h.Name() == name {
+			return s, h
 		}
+	}
+	return plugins.Slot{}, nil
+}
+
+// running is the plugin running in slot s, or nil.
+func (a *appliance) running(s plugins.Slot) *supervisor.Handle {
+	switch s {
+	case plugins.SlotCapture:
+		return a.capture
+	case plugins.SlotTabCapture:
+		return a.tab
+	case plugins.SlotEncoder:
+		return a.encoder
+	case plugins.SlotAuth:
+		return a.gate.plugin
+	case plugins.SlotTurn:
+		return a.relay
 	}
 	return nil
 }
 
 // pluginConfig is what a plugin is given for cfg: the relay's carries the
-// appliance's own addresses too.
+// appliance's own addresses too (see slotConfig).
 func (a *appliance) pluginConfig(cfg *config.Config, name string) (json.RawMessage, error) {
-	if a.relay != nil && name == a.relay.Name() {
+	if s, h := a.slotNamed(name); h != nil && s == plugins.SlotTurn {
 		return relayConfig(cfg)
 	}
 	return cfg.PluginConfigJSON(name)

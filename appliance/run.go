@@ -78,20 +78,31 @@ func newSupervisor(cfg *config.Config, log *slog.Logger) *supervisor.Supervisor 
 	})
 }
 
-// startPlugin starts one configured plugin under sup.
-func startPlugin(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Config, dir, kind, name string) (*supervisor.Handle, error) {
-	conf, err := cfg.PluginConfigJSON(name)
+// startPlugin starts the plugin configured for slot under sup: every
+// plugin of run, doctor and access starts here.
+func startPlugin(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Config, dir string, slot plugins.Slot) (*supervisor.Handle, error) {
+	name := cfg.PluginIn(slot)
+	conf, err := slotConfig(cfg, slot)
 	if err != nil {
 		return nil, err
 	}
 	h, err := sup.Start(ctx, supervisor.Spec{
-		Name: name, Kind: kind, Path: filepath.Join(dir, name),
+		Name: name, Kind: slot.Kind, Path: filepath.Join(dir, name),
 		SHA256: cfg.Plugins.SHA256[name], Config: conf,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("plugin %s (%s): %w", name, kind, err)
+		return nil, fmt.Errorf("plugin %s (%s): %w", name, slot.Kind, err)
 	}
 	return h, nil
+}
+
+// slotConfig is what the plugin in slot is given for cfg: its subtree, and
+// for the relay what the appliance knows of itself too (relayConfig).
+func slotConfig(cfg *config.Config, slot plugins.Slot) ([]byte, error) {
+	if slot == plugins.SlotTurn {
+		return relayConfig(cfg)
+	}
+	return cfg.PluginConfigJSON(cfg.PluginIn(slot))
 }
 
 // inputPolicy is the configured input policy plus the appliance's own
@@ -172,14 +183,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		return err
 	}
 	a.sup = newSupervisor(cfg, log)
-	if a.capture, err = startPlugin(ctx, a.sup, cfg, dir, plugins.KindCapture, cfg.Plugins.Capture); err != nil {
+	if a.capture, err = startPlugin(ctx, a.sup, cfg, dir, plugins.SlotCapture); err != nil {
 		return err
 	}
-	if a.encoder, err = startPlugin(ctx, a.sup, cfg, dir, plugins.KindEncoder, cfg.Plugins.Encoder); err != nil {
+	if a.encoder, err = startPlugin(ctx, a.sup, cfg, dir, plugins.SlotEncoder); err != nil {
 		return err
 	}
 	if cfg.Video.Capture != session.CaptureCDP && cfg.Plugins.TabCapture != "" {
-		a.tab, err = startPlugin(ctx, a.sup, cfg, dir, plugins.KindCapture, cfg.Plugins.TabCapture)
+		a.tab, err = startPlugin(ctx, a.sup, cfg, dir, plugins.SlotTabCapture)
 		if err != nil {
 			if cfg.Video.Capture == session.CaptureTab {
 				return err
@@ -243,7 +254,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	}
 
 	if cfg.Turn.Enabled {
-		if a.relay, err = startRelay(ctx, a.sup, cfg, dir); err != nil {
+		if a.relay, err = startPlugin(ctx, a.sup, cfg, dir, plugins.SlotTurn); err != nil {
 			ln.Close()
 			return err
 		}

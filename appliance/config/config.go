@@ -20,6 +20,7 @@ import (
 	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/plugins"
 )
 
 // Config is the effective appliance configuration. Every field's default,
@@ -274,6 +275,26 @@ func (c *Config) AuthLocalFiles() (usersFile, initialPasswordFile string) {
 		_ = json.Unmarshal(b, &ac)
 	}
 	return ac.UsersFile, ac.InitialPasswordFile
+}
+
+// PluginIn is the name of the plugin configured for slot s (the value of
+// s.ConfigKey; "" for an unknown slot or an empty key, such as
+// plugins.tabCapture without tab capture). TestPluginInCatalog keeps it in
+// step with plugins.Catalog.
+func (c *Config) PluginIn(s plugins.Slot) string {
+	switch s.ConfigKey {
+	case plugins.SlotCapture.ConfigKey:
+		return c.Plugins.Capture
+	case plugins.SlotTabCapture.ConfigKey:
+		return c.Plugins.TabCapture
+	case plugins.SlotEncoder.ConfigKey:
+		return c.Plugins.Encoder
+	case plugins.SlotAuth.ConfigKey:
+		return c.Auth.Plugin
+	case plugins.SlotTurn.ConfigKey:
+		return c.Turn.Plugin
+	}
+	return ""
 }
 
 func (c *Config) PluginConfigJSON(name string) ([]byte, error) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/plugins"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -685,4 +686,21 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestPluginInCatalog: every catalog slot is a config key whose default is
+// the plugin Tabcast ships for it.
+func TestPluginInCatalog(t *testing.T) {
+	cfg, err := Load(Options{Defaults: readDefaults(t), DefaultFile: filepath.Join(t.TempDir(), "none.yaml")})
+	if err != nil {
+		t.Fatalf("Load(defaults): %v", err)
+	}
+	for _, s := range plugins.Catalog() {
+		if got := cfg.PluginIn(s); got != s.Name {
+			t.Errorf("%s defaults to %q, the catalog ships %q", s.ConfigKey, got, s.Name)
+		}
+	}
+	if got := cfg.PluginIn(plugins.Slot{ConfigKey: "plugins.nope"}); got != "" {
+		t.Errorf("unknown slot: %q", got)
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -206,16 +207,11 @@ func (s *Supervisor) Shutdown(ctx context.Context) error {
 	}
 }
 
-var kinds = map[string]bool{
-	plugins.KindCapture: true, plugins.KindEncoder: true,
-	plugins.KindAuth: true, plugins.KindTurn: true,
-}
-
 func checkSpec(spec Spec) (Spec, error) {
 	if spec.Name == "" {
 		return spec, errors.New("plugin spec: empty name")
 	}
-	if !kinds[spec.Kind] {
+	if !slices.Contains(plugins.Kinds(), spec.Kind) {
 		return spec, fmt.Errorf("plugin %s: unknown kind %q", spec.Name, spec.Kind)
 	}
 	if !filepath.IsAbs(spec.Path) {

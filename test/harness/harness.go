@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tabcast/tabcast/plugins"
 )
 
 var (
@@ -44,7 +46,12 @@ func Binaries() (string, error) {
 		if buildErr != nil {
 			return
 		}
-		for pkg, out := range map[string]string{"./appliance": "tabcast", "./capture-cdp": "capture-cdp", "./encoder-ffmpeg": "encoder-ffmpeg", "./auth-local": "auth-local", "./turnd": "turnd", "./capture-tab": "capture-tab"} {
+		// The plugins are the catalog's, each built from its folder.
+		pkgs := map[string]string{"./appliance": "tabcast"}
+		for _, name := range plugins.Bundled() {
+			pkgs["./"+name] = name
+		}
+		for pkg, out := range pkgs {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, out), pkg)
 			cmd.Dir = repoRoot()
 			if b, err := cmd.CombinedOutput(); err != nil {

@@ -1,0 +1,48 @@
+package plugins
+
+// The catalog lives in the SDK rather than in core/supervisor: the SDK is
+// the one package that the host (core, appliance), the plugin binaries and
+// the build's own checks can all import, and it already names the kinds.
+// The supervisor only runs what it is given; the catalog says what Tabcast
+// ships and where each plugin plugs in.
+
+// Slot is one place a plugin fills in the appliance.
+type Slot struct {
+	// ConfigKey is the config key that names the plugin binary filling
+	// the slot (the plugin's own settings are under plugins.config.<name>).
+	ConfigKey string
+	// Kind is the contract the slot's plugin serves (KindCapture, ...).
+	Kind string
+	// Name is the binary Tabcast ships for the slot (the repository folder
+	// of its main package), also ConfigKey's default.
+	Name string
+}
+
+// The slots, one per bundled plugin.
+var (
+	SlotCapture    = Slot{ConfigKey: "plugins.capture", Kind: KindCapture, Name: "capture-cdp"}
+	SlotTabCapture = Slot{ConfigKey: "plugins.tabCapture", Kind: KindCapture, Name: "capture-tab"}
+	SlotEncoder    = Slot{ConfigKey: "plugins.encoder", Kind: KindEncoder, Name: "encoder-ffmpeg"}
+	SlotAuth       = Slot{ConfigKey: "auth.plugin", Kind: KindAuth, Name: "auth-local"}
+	SlotTurn       = Slot{ConfigKey: "turn.plugin", Kind: KindTurn, Name: "turnd"}
+)
+
+// Catalog is every slot, in the order the appliance builds and ships the
+// plugins (the Makefile's PLUGINS, the image scripts; catalog_test.go
+// fails when one of them differs).
+func Catalog() []Slot {
+	return []Slot{SlotCapture, SlotTabCapture, SlotEncoder, SlotAuth, SlotTurn}
+}
+
+// Bundled is the names of the plugin binaries Tabcast ships, in catalog
+// order.
+func Bundled() []string {
+	var out []string
+	for _, s := range Catalog() {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// Kinds is the plugin kinds, each once.
+func Kinds() []string { return []string{KindCapture, KindEncoder, KindAuth, KindTurn} }
