@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -93,12 +92,13 @@ const configSchema = `{
   }
 }`
 
-// Authenticator implements auth.Authenticator against a users file.
+// Authenticator implements auth.Authenticator against a users file. Its
+// lifecycle (Info, ConfigSchema, Ping, strict config decoding) is
+// base.Lifecycle's; Shutdown refuses further logins.
 type Authenticator struct {
-	log  *slog.Logger
-	sem  chan struct{}
-	life context.Context
-	stop context.CancelFunc
+	*base.Lifecycle[Config]
+	log *slog.Logger
+	sem chan struct{}
 
 	mu     sync.Mutex
 	cfg    Config
@@ -116,37 +116,27 @@ func New(log *slog.Logger) *Authenticator {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	life, stop := context.WithCancel(context.Background())
-	a := &Authenticator{log: log, sem: make(chan struct{}, maxConcurrentHashes), life: life, stop: stop, params: DefaultParams}
+	a := &Authenticator{log: log, sem: make(chan struct{}, maxConcurrentHashes), params: DefaultParams}
+	a.Lifecycle = base.NewLifecycle(base.LifecycleSpec[Config]{
+		Info: base.Info{
+			Name: Name, Version: Version, Kind: plugins.KindAuth, APIVersion: 1,
+			Capabilities: map[string]string{"roles": strings.Join(Roles, ","), "hash": "argon2id", "source": "file"},
+		},
+		Schema:   configSchema,
+		Defaults: DefaultConfig,
+		Apply:    a.applyConfig,
+	})
 	a.cfg = DefaultConfig()
 	a.byUser = newLimiter(a.cfg.MaxFailures, time.Second, maxLockout, maxLimiterKeys)
 	a.byIP = newLimiter(a.cfg.MaxFailures, time.Second, maxLockout, maxLimiterKeys)
 	return a
 }
 
-func (a *Authenticator) Info(context.Context) (base.Info, error) {
-	return base.Info{
-		Name: Name, Version: Version, Kind: plugins.KindAuth, APIVersion: 1,
-		Capabilities: map[string]string{"roles": strings.Join(Roles, ","), "hash": "argon2id", "source": "file"},
-	}, nil
-}
-
-func (a *Authenticator) ConfigSchema(context.Context) (base.Schema, error) {
-	def, err := json.Marshal(DefaultConfig())
-	if err != nil {
-		return base.Schema{}, err
-	}
-	return base.Schema{JSONSchema: []byte(configSchema), DefaultsJSON: def}, nil
-}
-
-// SetConfig replaces the config (absent keys take defaults), opens the users
-// file and, when it holds no users, creates the first admin. Failure counts
-// are kept across calls unless the limits changed.
-func (a *Authenticator) SetConfig(_ context.Context, configJSON []byte) error {
-	cfg := DefaultConfig()
-	if err := base.DecodeStrict(configJSON, &cfg); err != nil {
-		return err
-	}
+// applyConfig (SetConfig, after strict decoding with absent keys taking
+// defaults) replaces the config, opens the users file and, when it holds no
+// users, creates the first admin. Failure counts are kept across calls
+// unless the limits changed.
+func (a *Authenticator) applyConfig(_ context.Context, cfg Config) error {
 	lockBase, err := cfg.validate()
 	if err != nil {
 		return err
@@ -232,7 +222,7 @@ func (a *Authenticator) ChangePassword(ctx context.Context, r auth.ChangeRequest
 }
 
 func (a *Authenticator) check(ctx context.Context, r auth.Request) (*Store, auth.Result, error) {
-	if a.life.Err() != nil {
+	if a.Life().Err() != nil {
 		return nil, auth.Result{}, errors.New("auth-local: shut down")
 	}
 	store, byUser, byIP, err := a.state()
@@ -275,17 +265,4 @@ func (a *Authenticator) check(ctx context.Context, r auth.Request) (*Store, auth
 func nameTag(name string) string {
 	sum := sha256.Sum256([]byte(name))
 	return hex.EncodeToString(sum[:6])
-}
-
-func (a *Authenticator) Ping(context.Context) error {
-	if a.life.Err() != nil {
-		return errors.New("auth-local: shut down")
-	}
-	return nil
-}
-
-// Shutdown refuses further logins.
-func (a *Authenticator) Shutdown(context.Context) error {
-	a.stop()
-	return nil
 }

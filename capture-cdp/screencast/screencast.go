@@ -4,11 +4,8 @@ package screencast
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
-	"sync"
 
 	"github.com/tabcast/tabcast/plugins"
 	"github.com/tabcast/tabcast/plugins/base"
@@ -74,16 +71,13 @@ const configSchema = `{
   }
 }`
 
-// Capturer implements capture.Capturer.
+// Capturer implements capture.Capturer. Its lifecycle (Info, config,
+// Ping) is base.Lifecycle's: streams already running keep the config they
+// started with, and Shutdown ends them all (they return nil) and refuses
+// new ones.
 type Capturer struct {
+	*base.Lifecycle[Config]
 	log *slog.Logger
-
-	mu  sync.Mutex
-	cfg Config
-
-	// life ends every stream on Shutdown.
-	life     context.Context
-	shutdown context.CancelFunc
 }
 
 var _ capture.Capturer = (*Capturer)(nil)
@@ -93,58 +87,15 @@ func New(log *slog.Logger) *Capturer {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	life, shutdown := context.WithCancel(context.Background())
-	return &Capturer{log: log, cfg: DefaultConfig(), life: life, shutdown: shutdown}
-}
-
-func (c *Capturer) Info(context.Context) (base.Info, error) {
-	return base.Info{
-		Name: Name, Version: Version, Kind: plugins.KindCapture, APIVersion: 1,
-		Capabilities: map[string]string{"format": "jpeg", "transport": "cdp-screencast"},
-	}, nil
-}
-
-func (c *Capturer) ConfigSchema(context.Context) (base.Schema, error) {
-	def, err := json.Marshal(DefaultConfig())
-	if err != nil {
-		return base.Schema{}, err
-	}
-	return base.Schema{JSONSchema: []byte(configSchema), DefaultsJSON: def}, nil
-}
-
-// SetConfig replaces the config; absent keys take their defaults. Streams
-// already running keep the config they started with.
-func (c *Capturer) SetConfig(_ context.Context, configJSON []byte) error {
-	cfg := DefaultConfig()
-	if err := base.DecodeStrict(configJSON, &cfg); err != nil {
-		return err
-	}
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.cfg = cfg
-	c.mu.Unlock()
-	return nil
-}
-
-func (c *Capturer) config() Config {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cfg
-}
-
-func (c *Capturer) Ping(context.Context) error {
-	if c.life.Err() != nil {
-		return errors.New("capture-cdp: shut down")
-	}
-	return nil
-}
-
-// Shutdown ends all streams (they return nil) and refuses new ones.
-func (c *Capturer) Shutdown(context.Context) error {
-	c.shutdown()
-	return nil
+	return &Capturer{log: log, Lifecycle: base.NewLifecycle(base.LifecycleSpec[Config]{
+		Info: base.Info{
+			Name: Name, Version: Version, Kind: plugins.KindCapture, APIVersion: 1,
+			Capabilities: map[string]string{"format": "jpeg", "transport": "cdp-screencast"},
+		},
+		Schema:   configSchema,
+		Defaults: DefaultConfig,
+		Apply:    func(_ context.Context, cfg Config) error { return cfg.validate() },
+	})}
 }
 
 // ChromiumFlags: the DevTools screencast needs no extra flags.

@@ -505,13 +505,13 @@ func TestConfig(t *testing.T) {
 			t.Errorf("SetConfig(%s) = %v, want a ConfigError for %q", in, err, key)
 		}
 	}
-	if c.config() != DefaultConfig() {
-		t.Errorf("a refused config changed the config: %+v", c.config())
+	if c.Config() != DefaultConfig() {
+		t.Errorf("a refused config changed the config: %+v", c.Config())
 	}
 	if err := c.SetConfig(ctx, []byte(`{"quality": 55, "maxWidth": 0, "maxHeight": 2160}`)); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.config(); got != (Config{Quality: 55, EveryNthFrame: 1, MaxHeight: 2160}) {
+	if got := c.Config(); got != (Config{Quality: 55, EveryNthFrame: 1, MaxHeight: 2160}) {
 		t.Errorf("config = %+v", got)
 	}
 	// Absent keys go back to defaults; an empty subtree is all defaults.
@@ -519,8 +519,8 @@ func TestConfig(t *testing.T) {
 		if err := c.SetConfig(ctx, []byte(in)); err != nil {
 			t.Fatalf("SetConfig(%q): %v", in, err)
 		}
-		if c.config() != DefaultConfig() {
-			t.Errorf("SetConfig(%q) gave %+v", in, c.config())
+		if c.Config() != DefaultConfig() {
+			t.Errorf("SetConfig(%q) gave %+v", in, c.Config())
 		}
 	}
 

@@ -41,7 +41,7 @@ const (
 // previous send returned. It returns nil when ctx ends (or on Shutdown), the
 // error of send, or an error when the target or the browser goes away.
 func (c *Capturer) Stream(ctx context.Context, t capture.Target, send func(capture.Frame) error) error {
-	if c.life.Err() != nil {
+	if c.Life().Err() != nil {
 		return errors.New("capture-cdp: shut down")
 	}
 	if err := checkTarget(t); err != nil {
@@ -49,14 +49,14 @@ func (c *Capturer) Stream(ctx context.Context, t capture.Target, send func(captu
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(c.life, cancel)()
+	defer context.AfterFunc(c.Life(), cancel)()
 
 	s := &stream{
 		log:     c.log.With("session", t.SessionID, "target", t.TargetID),
 		target:  t,
-		cfg:     c.config(),
+		cfg:     c.Config(),
 		send:    send,
-		ready:   make(chan struct{}, 1),
+		slot:    capture.NewSlot(),
 		ackWake: make(chan struct{}, 1),
 		moved:   make(chan struct{}, 1),
 		crashed: make(chan string, 1),
@@ -95,12 +95,8 @@ type stream struct {
 	send   func(capture.Frame) error
 	t      *chromedp.Target // the capture session; set before any event
 
-	// Slot of one: the newest frame waits here for the sender.
-	mu      sync.Mutex
-	slot    *capture.Frame
-	seq     uint64
-	dropped uint64
-	ready   chan struct{} // cap 1: the slot was filled
+	// The newest frame waits here for the sender (sendLoop).
+	slot *capture.Slot
 
 	ackMu   sync.Mutex
 	acks    []int64
@@ -160,7 +156,13 @@ func (s *stream) run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { s.ackLoop(cctx) })
-	wg.Go(s.sendLoop)
+	wg.Go(func() {
+		// The only caller of send. A slow send lets frames
+		// pile up in the slot, where newer ones replace them.
+		if err := s.slot.Send(s.quit, s.send); err != nil {
+			s.sendErr <- err // cap 1, and sending stops here: never blocks
+		}
+	})
 	wg.Go(func() { s.settleLoop(cctx) })
 	defer func() {
 		close(s.quit)
@@ -305,22 +307,8 @@ func screencastFrame(e *page.EventScreencastFrame) capture.Frame {
 }
 
 // offer puts the frame in the slot of one, replacing (and counting) an
-// unsent older frame. Seq numbers arrivals, so a gap in the Seq a consumer
-// sees is exactly the frames counted in Dropped.
-func (s *stream) offer(f capture.Frame) {
-	s.mu.Lock()
-	s.seq++
-	f.Seq = s.seq
-	if s.slot != nil {
-		s.dropped++
-	}
-	s.slot = &f
-	s.mu.Unlock()
-	select {
-	case s.ready <- struct{}{}:
-	default:
-	}
-}
+// unsent older frame.
+func (s *stream) offer(f capture.Frame) { s.slot.Offer(f, nil) }
 
 // settleLoop takes one screenshot when the screencast has gone quiet after
 // a frame. Even with sendLastFrame, Chromium loses the last change before
@@ -379,36 +367,4 @@ func (s *stream) screenshot(ctx context.Context) (capture.Frame, error) {
 	}
 	return capture.Frame{Format: capture.FormatJPEG, Data: res.Data, CaptureTime: taken, Keyframe: true,
 		Width: cfg.Width, Height: cfg.Height}, nil
-}
-
-func (s *stream) take() (capture.Frame, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.slot == nil {
-		return capture.Frame{}, false
-	}
-	f := *s.slot
-	s.slot = nil
-	f.Dropped = s.dropped
-	return f, true
-}
-
-// sendLoop is the only caller of send. A slow send lets frames pile up in
-// the slot, where newer ones replace them: frames drop, they never queue.
-func (s *stream) sendLoop() {
-	for {
-		select {
-		case <-s.quit:
-			return
-		case <-s.ready:
-		}
-		f, ok := s.take()
-		if !ok {
-			continue
-		}
-		if err := s.send(f); err != nil {
-			s.sendErr <- err // cap 1, and sendLoop stops here: never blocks
-			return
-		}
-	}
 }

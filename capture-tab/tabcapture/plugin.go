@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -64,12 +63,14 @@ const configSchema = `{
   }
 }`
 
-// Capturer implements capture.Capturer and capture.Controller.
+// Capturer implements capture.Capturer and capture.Controller. Its
+// lifecycle (Info, config, Ping) is base.Lifecycle's; Shutdown ends all
+// streams and removes the extension directory.
 type Capturer struct {
+	*base.Lifecycle[Config]
 	log *slog.Logger
 
 	mu      sync.Mutex
-	cfg     Config
 	extDir  string
 	streams map[string]*stream // by session id
 
@@ -77,9 +78,6 @@ type Capturer struct {
 	// ChromiumFlags. pickMu makes one stream at a time use it.
 	marker string
 	pickMu sync.Mutex
-
-	life     context.Context
-	shutdown context.CancelFunc
 }
 
 var (
@@ -94,56 +92,24 @@ func New(log *slog.Logger) *Capturer {
 	}
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	life, shutdown := context.WithCancel(context.Background())
-	return &Capturer{log: log, cfg: DefaultConfig(), streams: map[string]*stream{},
-		marker: capture.PickerTitlePrefix + hex.EncodeToString(b[:]), life: life, shutdown: shutdown}
+	c := &Capturer{log: log, streams: map[string]*stream{},
+		marker: capture.PickerTitlePrefix + hex.EncodeToString(b[:])}
+	c.Lifecycle = base.NewLifecycle(base.LifecycleSpec[Config]{
+		Info: base.Info{
+			Name: Name, Version: Version, Kind: plugins.KindCapture, APIVersion: 1,
+			Capabilities: map[string]string{"format": "vp8", "transport": "tab-capture"},
+		},
+		Schema:     configSchema,
+		Defaults:   DefaultConfig,
+		Apply:      func(_ context.Context, cfg Config) error { return cfg.validate() },
+		OnShutdown: c.removeExtension,
+	})
+	return c
 }
 
-func (c *Capturer) Info(context.Context) (base.Info, error) {
-	return base.Info{
-		Name: Name, Version: Version, Kind: plugins.KindCapture, APIVersion: 1,
-		Capabilities: map[string]string{"format": "vp8", "transport": "tab-capture"},
-	}, nil
-}
-
-func (c *Capturer) ConfigSchema(context.Context) (base.Schema, error) {
-	def, err := json.Marshal(DefaultConfig())
-	if err != nil {
-		return base.Schema{}, err
-	}
-	return base.Schema{JSONSchema: []byte(configSchema), DefaultsJSON: def}, nil
-}
-
-func (c *Capturer) SetConfig(_ context.Context, configJSON []byte) error {
-	cfg := DefaultConfig()
-	if err := base.DecodeStrict(configJSON, &cfg); err != nil {
-		return err
-	}
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.cfg = cfg
-	c.mu.Unlock()
-	return nil
-}
-
-func (c *Capturer) config() Config {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cfg
-}
-
-func (c *Capturer) Ping(context.Context) error {
-	if c.life.Err() != nil {
-		return errors.New("capture-tab: shut down")
-	}
-	return nil
-}
-
-// Shutdown ends all streams and removes the extension directory.
-func (c *Capturer) Shutdown(context.Context) error {
-	c.shutdown()
+// removeExtension removes the extension directory, once every stream has
+// been told to end (Shutdown).
+func (c *Capturer) removeExtension(context.Context) error {
 	c.mu.Lock()
 	dir := c.extDir
 	c.extDir = ""
@@ -161,7 +127,7 @@ func (c *Capturer) Shutdown(context.Context) error {
 func (c *Capturer) ChromiumFlags(context.Context) ([]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.life.Err() != nil {
+	if c.Life().Err() != nil {
 		return nil, errors.New("capture-tab: shut down")
 	}
 	if c.extDir == "" {

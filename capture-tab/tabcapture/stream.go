@@ -48,16 +48,15 @@ type stream struct {
 	wsURL  string // signaling URL handed to the extension (holds the secret)
 	addr   string // host:port of the signaling server
 
-	mu      sync.Mutex
-	slot    *capture.Frame
-	seq     uint64
-	dropped uint64
-	frames  uint64 // frames of the current binding
-	ready   chan struct{}
-	cur     *peer
-	w, h    int
-	srcW    int // capture source size from the extension; 0 = not known yet
-	srcH    int
+	// slot holds the newest admitted frame for the sender (see offer).
+	slot *capture.Slot
+
+	mu     sync.Mutex
+	frames uint64 // frames of the current binding
+	cur    *peer
+	w, h   int
+	srcW   int // capture source size from the extension; 0 = not known yet
+	srcH   int
 	// needKey drops delta frames after a drop until the next keyframe.
 	needKey  bool
 	askedKey time.Time
@@ -98,7 +97,7 @@ func randHex(n int) string {
 // queued). It returns nil when ctx ends, and an error when capture cannot
 // start (no extension, no tab, no first frame within 10 s) or stops twice.
 func (c *Capturer) Stream(ctx context.Context, t capture.Target, send func(capture.Frame) error) error {
-	if c.life.Err() != nil {
+	if c.Life().Err() != nil {
 		return errors.New("capture-tab: shut down")
 	}
 	if err := checkTarget(t); err != nil {
@@ -106,12 +105,12 @@ func (c *Capturer) Stream(ctx context.Context, t capture.Target, send func(captu
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(c.life, cancel)()
+	defer context.AfterFunc(c.Life(), cancel)()
 
 	s := &stream{
-		c: c, log: c.log.With("session", t.SessionID, "target", t.TargetID), target: t, cfg: c.config(), send: send,
+		c: c, log: c.log.With("session", t.SessionID, "target", t.TargetID), target: t, cfg: c.Config(), send: send,
 		key: randHex(8), secret: randHex(32),
-		ready: make(chan struct{}, 1), ended: make(chan error, 1), sendErr: make(chan error, 1), quit: make(chan struct{}),
+		slot: capture.NewSlot(), ended: make(chan error, 1), sendErr: make(chan error, 1), quit: make(chan struct{}),
 	}
 	c.mu.Lock()
 	if _, dup := c.streams[t.SessionID]; dup {
@@ -164,12 +163,17 @@ func (s *stream) run(ctx context.Context) error {
 	conn, err := dialCDP(cdpCtx, s.target.BrowserWSURL, nil)
 	cancelCDP()
 	var wg sync.WaitGroup
-	wg.Go(s.sendLoop)
+	wg.Go(func() {
+		if err := s.slot.Send(s.quit, s.send); err != nil {
+			s.sendErr <- err
+		}
+	})
 	defer func() {
 		close(s.quit)
 		wg.Wait()
+		seq, dropped := s.slot.Counts()
 		s.mu.Lock()
-		s.log.Info("stream ended", "frames", s.seq, "dropped", s.dropped, "lost", s.lost, "stale", s.stale)
+		s.log.Info("stream ended", "frames", seq, "dropped", dropped, "lost", s.lost, "stale", s.stale)
 		s.mu.Unlock()
 		_ = srv.Close()
 		s.closePeer()
@@ -718,39 +722,34 @@ func h264Key(b []byte) bool {
 // a keyframe, and a keyframe is asked for. A keyframe always replaces.
 func (s *stream) offer(f capture.Frame) {
 	s.mu.Lock()
-	s.seq++
 	s.frames++
-	f.Seq = s.seq
 	f.Width, f.Height = s.w, s.h
 	if s.srcW > 0 {
 		// The source's size, not the encoder's (which scales down under
 		// load): the core sizes the tab's window by it.
 		f.Width, f.Height = s.srcW, s.srcH
 	}
-	if f.Keyframe {
-		s.needKey = false
-	} else if s.needKey || s.slot != nil {
-		s.dropped++
-		ask := !s.needKey || time.Since(s.askedKey) > 500*time.Millisecond
+	ask := false
+	// Lock order: s.mu, then the slot's (admit runs under both).
+	s.slot.Offer(f, func(waiting bool) bool {
+		if f.Keyframe {
+			s.needKey = false
+			return true
+		}
+		if !s.needKey && !waiting {
+			return true
+		}
+		ask = !s.needKey || time.Since(s.askedKey) > 500*time.Millisecond
 		s.needKey = true
 		if ask {
 			s.askedKey = time.Now()
 		}
-		p := s.cur
-		s.mu.Unlock()
-		if ask && p != nil {
-			go p.pli()
-		}
-		return
-	}
-	if s.slot != nil {
-		s.dropped++
-	}
-	s.slot = &f
+		return false
+	})
+	p := s.cur
 	s.mu.Unlock()
-	select {
-	case s.ready <- struct{}{}:
-	default:
+	if ask && p != nil {
+		go p.pli()
 	}
 }
 
@@ -783,29 +782,6 @@ func (p *peer) pli() error {
 	ssrc := p.ssrc
 	p.mu.Unlock()
 	return p.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: ssrc}})
-}
-
-func (s *stream) sendLoop() {
-	for {
-		select {
-		case <-s.quit:
-			return
-		case <-s.ready:
-		}
-		s.mu.Lock()
-		f := s.slot
-		s.slot = nil
-		d := s.dropped
-		s.mu.Unlock()
-		if f == nil {
-			continue
-		}
-		f.Dropped = d
-		if err := s.send(*f); err != nil {
-			s.sendErr <- err
-			return
-		}
-	}
 }
 
 func (s *stream) control(ctx context.Context, sc capture.StreamControl) error {

@@ -82,5 +82,3 @@ const configJSONSchema = `{
       "description": "libvpx cpu-used; negative values fix the speed level (more negative is faster)."}
   }
 }`
-
-const configDefaultsJSON = `{"hardware":"auto","threads":1,"h264Preset":"ultrafast","vp8CpuUsed":-8}`

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/asticode/go-astiav"
+	"github.com/tabcast/tabcast/plugins"
 	"github.com/tabcast/tabcast/plugins/base"
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
@@ -51,6 +52,9 @@ const maxProbeError = 600
 
 // Plugin implements encoder.Encoder.
 type Plugin struct {
+	// Lifecycle serves ConfigSchema, SetConfig (strict decoding over the
+	// defaults), Ping and Shutdown (closeAll).
+	*base.Lifecycle[Config]
 	log *slog.Logger
 	// renderNodes is the glob of VAAPI render nodes (a field for tests).
 	renderNodes string
@@ -102,6 +106,13 @@ func New(log *slog.Logger) *Plugin {
 		streams:      map[*stream]struct{}{},
 		hw:           map[string]*hwHealth{},
 	}
+	p.Lifecycle = base.NewLifecycle(base.LifecycleSpec[Config]{
+		Info:       base.Info{Name: Name, Version: Version, Kind: plugins.KindEncoder, APIVersion: 1},
+		Schema:     configJSONSchema,
+		Defaults:   DefaultConfig,
+		Apply:      p.applyConfig,
+		OnShutdown: p.closeAll,
+	})
 	if v := os.Getenv(FakeHWEnv); v != "" {
 		c, err := parseFakeHW(v)
 		if err != nil {
@@ -124,7 +135,10 @@ func (p *Plugin) enableFakeHW(c fakeHWConfig) {
 		"failAfter", c.failAfter, "okFile", c.okFile, "reprobeEvery", p.reprobeEvery)
 }
 
+// Info is the lifecycle's, with each encoder's probe result as a
+// capability ("ok" or why it does not open).
 func (p *Plugin) Info(ctx context.Context) (base.Info, error) {
+	info, err := p.Lifecycle.Info(ctx)
 	caps := map[string]string{}
 	for _, pr := range p.probeResults() {
 		if pr.OK {
@@ -133,17 +147,14 @@ func (p *Plugin) Info(ctx context.Context) (base.Info, error) {
 			caps[pr.Encoder] = pr.Error
 		}
 	}
-	return base.Info{Name: Name, Version: Version, Kind: "encoder", APIVersion: 1, Capabilities: caps}, nil
+	info.Capabilities = caps
+	return info, err
 }
 
-func (p *Plugin) ConfigSchema(context.Context) (base.Schema, error) {
-	return base.Schema{JSONSchema: []byte(configJSONSchema), DefaultsJSON: []byte(configDefaultsJSON)}, nil
-}
-
-// SetConfig replaces the config; streams opened before keep theirs.
-func (p *Plugin) SetConfig(_ context.Context, configJSON []byte) error {
-	c, err := ParseConfig(configJSON)
-	if err != nil {
+// applyConfig (SetConfig, after strict decoding over the defaults) replaces
+// the config; streams opened before keep theirs.
+func (p *Plugin) applyConfig(_ context.Context, c Config) error {
+	if err := c.Validate(); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -152,11 +163,9 @@ func (p *Plugin) SetConfig(_ context.Context, configJSON []byte) error {
 	return nil
 }
 
-func (p *Plugin) Ping(context.Context) error { return nil }
-
-// Shutdown closes every open stream, refuses new ones and stops the
-// re-probes.
-func (p *Plugin) Shutdown(context.Context) error {
+// closeAll (Shutdown) closes every open stream, refuses new ones and stops
+// the re-probes.
+func (p *Plugin) closeAll(context.Context) error {
 	p.mu.Lock()
 	p.down = true
 	open := make([]*stream, 0, len(p.streams))

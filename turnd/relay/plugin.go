@@ -77,13 +77,13 @@ type credEntry struct {
 	expires int64  // unix seconds, as in the username
 }
 
-// Plugin implements turn.Relay.
+// Plugin implements turn.Relay. Its lifecycle (Info, ConfigSchema, Ping,
+// strict config decoding) is base.Lifecycle's; Life ends on Shutdown.
 type Plugin struct {
+	*base.Lifecycle[Config]
 	log   *slog.Logger
 	rl    *rateLog
 	stats counters
-	life  context.Context
-	stop  context.CancelFunc
 
 	mu        sync.Mutex // serializes SetConfig, start and Shutdown
 	cfg       Config
@@ -104,33 +104,25 @@ func New(log *slog.Logger) *Plugin {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	life, stop := context.WithCancel(context.Background())
-	return &Plugin{log: log, rl: newRateLog(log, logEvery), life: life, stop: stop, cfg: DefaultConfig(), creds: map[string]*credEntry{}}
+	p := &Plugin{log: log, rl: newRateLog(log, logEvery), cfg: DefaultConfig(), creds: map[string]*credEntry{}}
+	p.Lifecycle = base.NewLifecycle(base.LifecycleSpec[Config]{
+		Info: base.Info{
+			Name: Name, Version: Version, Kind: plugins.KindTurn, APIVersion: 1,
+			Capabilities: map[string]string{"transports": "udp,tcp,tls", "credentials": "turn-rest-hmac-sha1", "peers": "self-only"},
+		},
+		Schema:     configSchema,
+		Defaults:   DefaultConfig,
+		Apply:      p.applyConfig,
+		OnShutdown: p.shutdown,
+	})
+	return p
 }
 
-func (p *Plugin) Info(context.Context) (base.Info, error) {
-	return base.Info{
-		Name: Name, Version: Version, Kind: plugins.KindTurn, APIVersion: 1,
-		Capabilities: map[string]string{"transports": "udp,tcp,tls", "credentials": "turn-rest-hmac-sha1", "peers": "self-only"},
-	}, nil
-}
-
-func (p *Plugin) ConfigSchema(context.Context) (base.Schema, error) {
-	def, err := json.Marshal(DefaultConfig())
-	if err != nil {
-		return base.Schema{}, err
-	}
-	return base.Schema{JSONSchema: []byte(configSchema), DefaultsJSON: def}, nil
-}
-
-// SetConfig validates the config (absent keys take defaults), loads or
-// creates the secret, and (re)starts the server when anything changed.
-// Minted credentials survive a restart; allocations do not.
-func (p *Plugin) SetConfig(_ context.Context, configJSON []byte) error {
-	cfg := DefaultConfig()
-	if err := base.DecodeStrict(configJSON, &cfg); err != nil {
-		return err
-	}
+// applyConfig (SetConfig, after strict decoding with absent keys taking
+// defaults) validates the config, loads or creates the secret, and
+// (re)starts the server when anything changed. Minted credentials survive
+// a restart; allocations do not.
+func (p *Plugin) applyConfig(_ context.Context, cfg Config) error {
 	set, err := cfg.validate()
 	if err != nil {
 		return err
@@ -313,20 +305,12 @@ func (p *Plugin) Status(context.Context) (turnapi.Stats, error) {
 	return st, nil
 }
 
-func (p *Plugin) Ping(context.Context) error {
-	if p.life.Err() != nil {
-		return errors.New("turnd: shut down")
-	}
-	return nil
-}
-
-// Shutdown stops the server, ends every allocation and forgets every
-// credential.
-func (p *Plugin) Shutdown(context.Context) error {
+// shutdown (Shutdown, once Life ended) stops the server, ends every
+// allocation and forgets every credential.
+func (p *Plugin) shutdown(context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.shut = true
-	p.stop()
 	if p.inst != nil {
 		p.inst.close()
 		p.inst = nil

@@ -75,7 +75,7 @@ func (p *Plugin) startInstance(set *settings) (_ *instance, err error) {
 	}
 	if set.ListenUDP != "" {
 		lc := net.ListenConfig{Control: in.bufControl}
-		pc, err := lc.ListenPacket(p.life, "udp", set.ListenUDP)
+		pc, err := lc.ListenPacket(p.Life(), "udp", set.ListenUDP)
 		if err != nil {
 			return nil, cerr("listenUDP", "%v", err)
 		}
