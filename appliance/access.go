@@ -78,7 +78,7 @@ func openGate(ctx context.Context, cfg *config.Config, sup *supervisor.Superviso
 	}
 	g := &gate{opts: httpapi.AuthOptions{None: cfg.Auth.Mode == "none", Audit: al, LoginMax: cfg.Auth.LoginMax}}
 	if !g.opts.None {
-		if g.plugin, err = startPlugin(ctx, sup, cfg, dir, plugins.SlotAuth); err != nil {
+		if g.plugin, err = startPlugin(ctx, sup, cfg, dir, plugins.RoleAuth); err != nil {
 			return nil, err
 		}
 		authn := supervisor.Dispense[auth.Authenticator](g.plugin)

@@ -91,16 +91,16 @@ func doctor(ctx context.Context, cfg *config.Config, stderr io.Writer) []check {
 		_ = sup.Shutdown(sctx)
 		cancel()
 	}()
-	for _, slot := range []plugins.Slot{plugins.SlotCapture, plugins.SlotEncoder} {
-		name := cfg.PluginIn(slot)
-		h, err := startPlugin(ctx, sup, cfg, dir, slot)
+	for _, role := range []plugins.Role{plugins.RoleCapture, plugins.RoleEncoder} {
+		name := cfg.PluginIn(role)
+		h, err := startPlugin(ctx, sup, cfg, dir, role)
 		if err != nil {
 			out = append(out, check{Name: "plugin " + name, Status: "fail", Detail: err.Error(),
 				Hint: "build the plugins (make build) or check plugins.dir, plugins.sha256 and plugins.config." + name})
 			continue
 		}
 		out = append(out, pluginCheck(ctx, h, filepath.Join(dir, name)))
-		if slot == plugins.SlotEncoder {
+		if role == plugins.RoleEncoder {
 			out = append(out, encoderChecks(ctx, h)...)
 		}
 	}
@@ -122,7 +122,7 @@ func authChecks(ctx context.Context, cfg *config.Config, sup *supervisor.Supervi
 	usersFile, _ := cfg.Plugins.Config[cfg.Auth.Plugin]["usersFile"].(string)
 	if _, err := os.Stat(usersFile); usersFile != "" && err != nil {
 		out = append(out, check{Name: "plugin " + cfg.Auth.Plugin, Status: "warn", Detail: "no users file yet (" + usersFile + "): the first `tabcast run` creates admin and prints a one-time password"})
-	} else if h, err := startPlugin(ctx, sup, cfg, dir, plugins.SlotAuth); err != nil {
+	} else if h, err := startPlugin(ctx, sup, cfg, dir, plugins.RoleAuth); err != nil {
 		out = append(out, check{Name: "plugin " + cfg.Auth.Plugin, Status: "fail", Detail: err.Error(), Hint: "check plugins.config." + cfg.Auth.Plugin})
 	} else {
 		out = append(out, pluginCheck(ctx, h, filepath.Join(dir, cfg.Auth.Plugin)))
@@ -242,7 +242,7 @@ func tabCaptureCheck(ctx context.Context, cfg *config.Config, sup *supervisor.Su
 		c.Status, c.Detail = "ok", "off (video.capture "+cfg.Video.Capture+", plugins.tabCapture "+strconv.Quote(cfg.Plugins.TabCapture)+"): sessions use the CDP screencast"
 		return c
 	}
-	h, err := startPlugin(ctx, sup, cfg, dir, plugins.SlotTabCapture)
+	h, err := startPlugin(ctx, sup, cfg, dir, plugins.RoleTabCapture)
 	if err != nil {
 		c.Status, c.Detail, c.Hint = "warn", err.Error(), "build the plugins (make build) or set video.capture cdp"
 		return c

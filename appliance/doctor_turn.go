@@ -25,7 +25,7 @@ func turnChecks(ctx context.Context, cfg *config.Config, sup *supervisor.Supervi
 		return []check{{Name: "turn", Status: "warn", Detail: "off (turn.enabled false): viewers need a direct path to UDP/TCP " + fmt.Sprint(cfg.WebRTC.UDPPort)}}
 	}
 	name := "plugin " + cfg.Turn.Plugin
-	h, err := startPlugin(ctx, sup, cfg, dir, plugins.SlotTurn)
+	h, err := startPlugin(ctx, sup, cfg, dir, plugins.RoleTurn)
 	if err != nil {
 		hint := "check plugins.config." + cfg.Turn.Plugin
 		if strings.Contains(err.Error(), "address already in use") {

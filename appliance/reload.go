@@ -111,41 +111,41 @@ func (a *appliance) reload(ctx context.Context) {
 
 // pluginNamed is the running plugin of that name, or nil.
 func (a *appliance) pluginNamed(name string) *supervisor.Handle {
-	_, h := a.slotNamed(name)
+	_, h := a.roleNamed(name)
 	return h
 }
 
-// slotNamed is the slot and running plugin of that name (nil when none).
-func (a *appliance) slotNamed(name string) (plugins.Slot, *supervisor.Handle) {
+// roleNamed is the role and running plugin of that name (nil when none).
+func (a *appliance) roleNamed(name string) (plugins.Role, *supervisor.Handle) {
 	for _, s := range plugins.Catalog() {
 		if h := a.running(s); h != nil && h.Name() == name {
 			return s, h
 		}
 	}
-	return plugins.Slot{}, nil
+	return plugins.Role{}, nil
 }
 
-// running is the plugin running in slot s, or nil.
-func (a *appliance) running(s plugins.Slot) *supervisor.Handle {
+// running is the plugin running in role s, or nil.
+func (a *appliance) running(s plugins.Role) *supervisor.Handle {
 	switch s {
-	case plugins.SlotCapture:
+	case plugins.RoleCapture:
 		return a.capture
-	case plugins.SlotTabCapture:
+	case plugins.RoleTabCapture:
 		return a.tab
-	case plugins.SlotEncoder:
+	case plugins.RoleEncoder:
 		return a.encoder
-	case plugins.SlotAuth:
+	case plugins.RoleAuth:
 		return a.gate.plugin
-	case plugins.SlotTurn:
+	case plugins.RoleTurn:
 		return a.relay
 	}
 	return nil
 }
 
 // pluginConfig is what a plugin is given for cfg: the relay's carries the
-// appliance's own addresses too (see slotConfig).
+// appliance's own addresses too (see pluginConfigFor).
 func (a *appliance) pluginConfig(cfg *config.Config, name string) (json.RawMessage, error) {
-	if s, h := a.slotNamed(name); h != nil && s == plugins.SlotTurn {
+	if s, h := a.roleNamed(name); h != nil && s == plugins.RoleTurn {
 		return relayConfig(cfg)
 	}
 	return cfg.PluginConfigJSON(name)

@@ -78,31 +78,32 @@ func newSupervisor(cfg *config.Config, log *slog.Logger) *supervisor.Supervisor 
 	})
 }
 
-// startPlugin starts the plugin configured for slot under sup: every
+// startPlugin starts the plugin configured for role under sup: every
 // plugin of run, doctor and access starts here.
-func startPlugin(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Config, dir string, slot plugins.Slot) (*supervisor.Handle, error) {
-	name := cfg.PluginIn(slot)
-	conf, err := slotConfig(cfg, slot)
+func startPlugin(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Config, dir string, role plugins.Role) (*supervisor.Handle, error) {
+	name := cfg.PluginIn(role)
+	conf, err := pluginConfigFor(cfg, role)
 	if err != nil {
 		return nil, err
 	}
 	h, err := sup.Start(ctx, supervisor.Spec{
-		Name: name, Kind: slot.Kind, Path: filepath.Join(dir, name),
+		Name: name, Kind: role.Kind, Path: filepath.Join(dir, name),
 		SHA256: cfg.Plugins.SHA256[name], Config: conf,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("plugin %s (%s): %w", name, slot.Kind, err)
+		return nil, fmt.Errorf("plugin %s (%s): %w", name, role.Kind, err)
 	}
 	return h, nil
 }
 
-// slotConfig is what the plugin in slot is given for cfg: its subtree, and
-// for the relay what the appliance knows of itself too (relayConfig).
-func slotConfig(cfg *config.Config, slot plugins.Slot) ([]byte, error) {
-	if slot == plugins.SlotTurn {
+// pluginConfigFor is what the plugin in role is given for cfg: its
+// subtree, and for the relay what the appliance knows of itself too
+// (relayConfig).
+func pluginConfigFor(cfg *config.Config, role plugins.Role) ([]byte, error) {
+	if role == plugins.RoleTurn {
 		return relayConfig(cfg)
 	}
-	return cfg.PluginConfigJSON(cfg.PluginIn(slot))
+	return cfg.PluginConfigJSON(cfg.PluginIn(role))
 }
 
 // inputPolicy is the configured input policy plus the appliance's own
@@ -183,14 +184,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		return err
 	}
 	a.sup = newSupervisor(cfg, log)
-	if a.capture, err = startPlugin(ctx, a.sup, cfg, dir, plugins.SlotCapture); err != nil {
+	if a.capture, err = startPlugin(ctx, a.sup, cfg, dir, plugins.RoleCapture); err != nil {
 		return err
 	}
-	if a.encoder, err = startPlugin(ctx, a.sup, cfg, dir, plugins.SlotEncoder); err != nil {
+	if a.encoder, err = startPlugin(ctx, a.sup, cfg, dir, plugins.RoleEncoder); err != nil {
 		return err
 	}
 	if cfg.Video.Capture != session.CaptureCDP && cfg.Plugins.TabCapture != "" {
-		a.tab, err = startPlugin(ctx, a.sup, cfg, dir, plugins.SlotTabCapture)
+		a.tab, err = startPlugin(ctx, a.sup, cfg, dir, plugins.RoleTabCapture)
 		if err != nil {
 			if cfg.Video.Capture == session.CaptureTab {
 				return err
@@ -254,7 +255,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	}
 
 	if cfg.Turn.Enabled {
-		if a.relay, err = startPlugin(ctx, a.sup, cfg, dir, plugins.SlotTurn); err != nil {
+		if a.relay, err = startPlugin(ctx, a.sup, cfg, dir, plugins.RoleTurn); err != nil {
 			ln.Close()
 			return err
 		}

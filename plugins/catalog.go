@@ -6,32 +6,32 @@ package plugins
 // The supervisor only runs what it is given; the catalog says what Tabcast
 // ships and where each plugin plugs in.
 
-// Slot is one place a plugin fills in the appliance.
-type Slot struct {
+// Role is one place a plugin fills in the appliance.
+type Role struct {
 	// ConfigKey is the config key that names the plugin binary filling
-	// the slot (the plugin's own settings are under plugins.config.<name>).
+	// the role (the plugin's own settings are under plugins.config.<name>).
 	ConfigKey string
-	// Kind is the contract the slot's plugin serves (KindCapture, ...).
+	// Kind is the contract the role's plugin serves (KindCapture, ...).
 	Kind string
-	// Name is the binary Tabcast ships for the slot (the repository folder
+	// Name is the binary Tabcast ships for the role (the repository folder
 	// of its main package), also ConfigKey's default.
 	Name string
 }
 
-// The slots, one per bundled plugin.
+// The roles, one per bundled plugin.
 var (
-	SlotCapture    = Slot{ConfigKey: "plugins.capture", Kind: KindCapture, Name: "capture-cdp"}
-	SlotTabCapture = Slot{ConfigKey: "plugins.tabCapture", Kind: KindCapture, Name: "capture-tab"}
-	SlotEncoder    = Slot{ConfigKey: "plugins.encoder", Kind: KindEncoder, Name: "encoder-ffmpeg"}
-	SlotAuth       = Slot{ConfigKey: "auth.plugin", Kind: KindAuth, Name: "auth-local"}
-	SlotTurn       = Slot{ConfigKey: "turn.plugin", Kind: KindTurn, Name: "turnd"}
+	RoleCapture    = Role{ConfigKey: "plugins.capture", Kind: KindCapture, Name: "capture-cdp"}
+	RoleTabCapture = Role{ConfigKey: "plugins.tabCapture", Kind: KindCapture, Name: "capture-tab"}
+	RoleEncoder    = Role{ConfigKey: "plugins.encoder", Kind: KindEncoder, Name: "encoder-ffmpeg"}
+	RoleAuth       = Role{ConfigKey: "auth.plugin", Kind: KindAuth, Name: "auth-local"}
+	RoleTurn       = Role{ConfigKey: "turn.plugin", Kind: KindTurn, Name: "turnd"}
 )
 
-// Catalog is every slot, in the order the appliance builds and ships the
+// Catalog is every role, in the order the appliance builds and ships the
 // plugins (the Makefile's PLUGINS, the image scripts; catalog_test.go
 // fails when one of them differs).
-func Catalog() []Slot {
-	return []Slot{SlotCapture, SlotTabCapture, SlotEncoder, SlotAuth, SlotTurn}
+func Catalog() []Role {
+	return []Role{RoleCapture, RoleTabCapture, RoleEncoder, RoleAuth, RoleTurn}
 }
 
 // Bundled is the names of the plugin binaries Tabcast ships, in catalog

@@ -53,18 +53,18 @@ func TestCatalogMatchesBuildFiles(t *testing.T) {
 	}
 }
 
-func TestCatalogSlots(t *testing.T) {
+func TestCatalogRoles(t *testing.T) {
 	names, keys := map[string]bool{}, map[string]bool{}
 	for _, s := range plugins.Catalog() {
 		if names[s.Name] || keys[s.ConfigKey] {
-			t.Errorf("slot %+v: name or config key used twice", s)
+			t.Errorf("role %+v: name or config key used twice", s)
 		}
 		names[s.Name], keys[s.ConfigKey] = true, true
 		if !slices.Contains(plugins.Kinds(), s.Kind) {
-			t.Errorf("slot %+v: unknown kind", s)
+			t.Errorf("role %+v: unknown kind", s)
 		}
 		if _, err := os.Stat(filepath.Join("..", s.Name, "main.go")); err != nil {
-			t.Errorf("slot %+v: no main package in the repository: %v", s, err)
+			t.Errorf("role %+v: no main package in the repository: %v", s, err)
 		}
 	}
 }

@@ -277,21 +277,21 @@ func (c *Config) AuthLocalFiles() (usersFile, initialPasswordFile string) {
 	return ac.UsersFile, ac.InitialPasswordFile
 }
 
-// PluginIn is the name of the plugin configured for slot s (the value of
-// s.ConfigKey; "" for an unknown slot or an empty key, such as
+// PluginIn is the name of the plugin configured for role s (the value of
+// s.ConfigKey; "" for an unknown role or an empty key, such as
 // plugins.tabCapture without tab capture). TestPluginInCatalog keeps it in
 // step with plugins.Catalog.
-func (c *Config) PluginIn(s plugins.Slot) string {
+func (c *Config) PluginIn(s plugins.Role) string {
 	switch s.ConfigKey {
-	case plugins.SlotCapture.ConfigKey:
+	case plugins.RoleCapture.ConfigKey:
 		return c.Plugins.Capture
-	case plugins.SlotTabCapture.ConfigKey:
+	case plugins.RoleTabCapture.ConfigKey:
 		return c.Plugins.TabCapture
-	case plugins.SlotEncoder.ConfigKey:
+	case plugins.RoleEncoder.ConfigKey:
 		return c.Plugins.Encoder
-	case plugins.SlotAuth.ConfigKey:
+	case plugins.RoleAuth.ConfigKey:
 		return c.Auth.Plugin
-	case plugins.SlotTurn.ConfigKey:
+	case plugins.RoleTurn.ConfigKey:
 		return c.Turn.Plugin
 	}
 	return ""

@@ -688,7 +688,7 @@ func FuzzLoad(f *testing.F) {
 	})
 }
 
-// TestPluginInCatalog: every catalog slot is a config key whose default is
+// TestPluginInCatalog: every catalog role is a config key whose default is
 // the plugin Tabcast ships for it.
 func TestPluginInCatalog(t *testing.T) {
 	cfg, err := Load(Options{Defaults: readDefaults(t), DefaultFile: filepath.Join(t.TempDir(), "none.yaml")})
@@ -700,7 +700,7 @@ func TestPluginInCatalog(t *testing.T) {
 			t.Errorf("%s defaults to %q, the catalog ships %q", s.ConfigKey, got, s.Name)
 		}
 	}
-	if got := cfg.PluginIn(plugins.Slot{ConfigKey: "plugins.nope"}); got != "" {
-		t.Errorf("unknown slot: %q", got)
+	if got := cfg.PluginIn(plugins.Role{ConfigKey: "plugins.nope"}); got != "" {
+		t.Errorf("unknown role: %q", got)
 	}
 }
