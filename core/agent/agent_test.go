@@ -20,16 +20,20 @@ import (
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/session"
+	"github.com/tabcast/tabcast/plugins/capture"
+	"github.com/tabcast/tabcast/plugins/encoder"
 )
 
 // noPlugin stands in for the capture and encoder plugins: agent tests
 // never start media.
-type noPlugin struct{}
+type noPlugin[T any] struct{}
 
-func (noPlugin) Client(context.Context) (any, uint64, error) {
-	return nil, 0, errors.New("no plugin in agent tests")
+func (noPlugin[T]) Get(context.Context) (T, uint64, error) {
+	var zero T
+	return zero, 0, errors.New("no plugin")
 }
-func (noPlugin) ReportFailure(uint64, error) {}
+func (noPlugin[T]) Call(context.Context, func(T) error) error { return errors.New("no plugin") }
+func (noPlugin[T]) Report(uint64, error)                      {}
 
 // fixtures are the pages of these tests.
 func fixtures(t *testing.T) *httptest.Server {
@@ -121,7 +125,7 @@ func setupWith(t *testing.T, o session.CreateOptions) *env {
 	pol := input.DefaultPolicy()
 	pol.DenyPrivate = false // the fixtures are on loopback
 	m := session.NewManager(session.Config{Width: 800, Height: 600, MaxSessions: 2, MaxViewers: 2, DownloadRoot: t.TempDir(), Input: pol},
-		b, noPlugin{}, noPlugin{}, []string{"vp8"})
+		b, noPlugin[capture.Capturer]{}, noPlugin[encoder.Encoder]{}, []string{"vp8"})
 	sv := NewService(nil)
 	t.Cleanup(func() {
 		sv.Close()

@@ -19,12 +19,18 @@ import (
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/session"
+	"github.com/tabcast/tabcast/plugins/capture"
+	"github.com/tabcast/tabcast/plugins/encoder"
 )
 
-type noPlugin struct{}
+type noPlugin[T any] struct{}
 
-func (noPlugin) Client(context.Context) (any, uint64, error) { return nil, 0, errors.New("no plugin") }
-func (noPlugin) ReportFailure(uint64, error)                 {}
+func (noPlugin[T]) Get(context.Context) (T, uint64, error) {
+	var zero T
+	return zero, 0, errors.New("no plugin")
+}
+func (noPlugin[T]) Call(context.Context, func(T) error) error { return errors.New("no plugin") }
+func (noPlugin[T]) Report(uint64, error)                      {}
 
 // TestUploads: a file put over HTTP lands in the session's upload area and
 // the agent's upload command sets it on the page's file input; names with a
@@ -49,7 +55,7 @@ func TestUploads(t *testing.T) {
 	pol := input.DefaultPolicy()
 	pol.DenyPrivate = false
 	m := session.NewManager(session.Config{Width: 800, Height: 600, MaxSessions: 1, MaxViewers: 1, DownloadRoot: t.TempDir(), Input: pol},
-		b, noPlugin{}, noPlugin{}, []string{"vp8"})
+		b, noPlugin[capture.Capturer]{}, noPlugin[encoder.Encoder]{}, []string{"vp8"})
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
