@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/tabcast/tabcast/core/agent"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/mcp"
 )
 
@@ -47,7 +48,7 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // apiBackend implements the MCP tools over the appliance's HTTP API.
 type apiBackend struct{ c *apiClient }
 
-// do calls the API; a refusal comes back as an *agent.Error with its code.
+// do calls the API; a refusal comes back as an *errcode.Error with its code.
 func (b apiBackend) do(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -62,16 +63,16 @@ func (b apiBackend) do(ctx context.Context, method, path string, body, out any) 
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := b.c.hc.Do(req)
 	if err != nil {
-		return &agent.Error{Code: "browser_unavailable", Message: "the appliance does not answer", Recoverable: true}
+		return errcode.New(errcode.BrowserUnavailable, "the appliance does not answer")
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if resp.StatusCode/100 != 2 {
 		var e struct {
-			Error agent.Error `json:"error"`
+			Error errcode.Error `json:"error"`
 		}
 		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
-			return &agent.Error{Code: "internal", Message: fmt.Sprintf("HTTP %d", resp.StatusCode), Recoverable: true}
+			return errcode.New(errcode.Internal, fmt.Sprintf("HTTP %d", resp.StatusCode))
 		}
 		return &e.Error
 	}

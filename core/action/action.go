@@ -4,8 +4,6 @@
 // through CDP. Both, and every decoder of client input, share these types.
 package action
 
-import "fmt"
-
 // Kind names an action. The names are part of the DataChannel and API
 // protocol (docs/protocol.md).
 type Kind string
@@ -138,42 +136,6 @@ func (a Action) UsesCoordinates() bool {
 // Size approximates the memory an action holds, for queue byte bounds.
 func (a Action) Size() int {
 	return 128 + len(a.Key) + len(a.Code) + len(a.Text) + len(a.URL) + len(a.PromptText) + len(a.Button)
-}
-
-// Stable result codes (docs/protocol.md). An empty code is success.
-const (
-	CodeInvalidArgument   = "invalid_argument"
-	CodeUnknownKind       = "unknown_kind"
-	CodeTooLarge          = "too_large"
-	CodeSeqGap            = "seq_gap"
-	CodeConflict          = "conflict"
-	CodeStalePage         = "stale_page"
-	CodeStaleGeneration   = "stale_generation"
-	CodeUnknownProducer   = "unknown_producer"
-	CodeQueueFull         = "queue_full"
-	CodeRateLimited       = "rate_limited"
-	CodeOutcomeUnknown    = "outcome_unknown"
-	CodeTimeout           = "timeout"
-	CodeNavigationBlocked = "navigation_blocked"
-	CodeShortcutBlocked   = "shortcut_blocked"
-	CodeNotAllowed        = "not_allowed"
-	CodeNoDialog          = "no_dialog"
-	CodeFailed            = "failed"
-	CodeClosed            = "session_closed"
-)
-
-// Error is a refusal or failure with a stable code. Message is safe to show
-// (it never echoes typed text, clipboard or refused URLs).
-type Error struct {
-	Code    string
-	Message string
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
-
-// Errorf builds an *Error.
-func Errorf(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
 // Result of a completed action.

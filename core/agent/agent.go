@@ -8,7 +8,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -16,22 +15,9 @@ import (
 
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/snapshot"
-)
-
-// Stable codes this package adds to those of action and snapshot.
-const (
-	CodeUnknownCommand = "unknown_command"
-	CodeHumanInControl = "human_in_control"
-	CodeNotReady       = "not_ready"
-	CodeEvalDisabled   = "eval_disabled"
-	// CodeForbidden: the appliance's policy or the caller's scopes do not
-	// allow the command (eval and wait function).
-	CodeForbidden = "forbidden"
-	// CodeUnsupported: the command is known but this appliance cannot do
-	// it (tabs switch, closing the session's own tab).
-	CodeUnsupported = "unsupported"
 )
 
 // Policy is what the operator allows agents beyond the page's own UI.
@@ -41,40 +27,11 @@ type Policy struct {
 	AllowEval bool
 }
 
-// Error is a refusal with a stable code, for the API edge.
-type Error struct {
-	Code        string `json:"code"`
-	Message     string `json:"message"`
-	Hint        string `json:"hint,omitempty"`
-	Recoverable bool   `json:"recoverable"`
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-func errorf(code string, recoverable bool, hint, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Hint: hint, Recoverable: recoverable}
-}
-
-// AsError turns any error of the agent path into an *Error with a stable
-// code (snapshot, action and dispatch codes pass through).
-func AsError(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	var se *snapshot.Error
-	if errors.As(err, &se) {
-		return &Error{Code: se.Code, Message: se.Message, Hint: se.Hint, Recoverable: se.Recoverable}
-	}
-	var ae *action.Error
-	if errors.As(err, &ae) {
-		rec := ae.Code != action.CodeNavigationBlocked && ae.Code != action.CodeShortcutBlocked && ae.Code != action.CodeNotAllowed
-		return &Error{Code: ae.Code, Message: ae.Message, Recoverable: rec}
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return &Error{Code: "timeout", Message: "the browser did not answer in time", Recoverable: true}
-	}
-	return &Error{Code: "internal", Message: "internal error", Hint: "see the appliance log", Recoverable: true}
+// errorf is the package's *errcode.Error with its hint and an explicit
+// recoverability: the agent knows per call whether retrying can help (a
+// session that is not ready yet, or one that is shutting down).
+func errorf(code string, recoverable bool, hint, format string, args ...any) *errcode.Error {
+	return errcode.Newf(code, format, args...).WithHint(hint).WithRecoverable(recoverable)
 }
 
 // Service holds one driver per (session, user): its producer, sequence
@@ -118,7 +75,7 @@ func (sv *Service) driverFor(s *session.Session, user string) (*driver, error) {
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	if sv.closed {
-		return nil, errorf(CodeNotReady, false, "", "the appliance is shutting down")
+		return nil, errorf(errcode.NotReady, false, "", "the appliance is shutting down")
 	}
 	if d := sv.drivers[key]; d != nil && !d.ended() {
 		return d, nil
@@ -128,7 +85,7 @@ func (sv *Service) driverFor(s *session.Session, user string) (*driver, error) {
 	}
 	p, err := s.OpenProducer(dispatch.KindAgent, "agent:"+user, nil)
 	if err != nil {
-		return nil, errorf(CodeNotReady, true, "read the session snapshot; wait until it is ready", "the session is not ready")
+		return nil, errorf(errcode.NotReady, true, "read the session snapshot; wait until it is ready", "the session is not ready")
 	}
 	d := &driver{sv: sv, s: s, p: p, user: user, ledger: map[string]*Result{}}
 	sv.drivers[key] = d
@@ -258,7 +215,7 @@ func (d *driver) do(ctx context.Context, r Request) (*Result, error) {
 	defer d.mu.Unlock()
 	if r.ActionID != "" {
 		if len(r.ActionID) > 128 {
-			return nil, errorf(action.CodeInvalidArgument, false, "", "actionId is limited to 128 bytes")
+			return nil, errorf(errcode.InvalidArgument, false, "", "actionId is limited to 128 bytes")
 		}
 		if res, ok := d.ledger[r.ActionID]; ok {
 			dup := *res
@@ -327,12 +284,12 @@ const budgetWait = 125 * time.Millisecond
 func (d *driver) accept(ctx context.Context, a action.Action) (*accepted, error) {
 	for {
 		w, retry, err := d.submitOnce(a)
-		var ae *action.Error
-		if err == nil || !errors.As(err, &ae) || (ae.Code != action.CodeRateLimited && ae.Code != action.CodeQueueFull) {
+		var ae *errcode.Error
+		if err == nil || !errors.As(err, &ae) || (ae.Code != errcode.RateLimited && ae.Code != errcode.QueueFull) {
 			return w, err
 		}
 		wait := budgetWait // a full queue: about one action's time
-		if ae.Code == action.CodeRateLimited && retry > 0 {
+		if ae.Code == errcode.RateLimited && retry > 0 {
 			wait = min(retry, time.Second) // the next credit is due then
 		}
 		select {
@@ -359,9 +316,9 @@ func (w *accepted) wait(ctx context.Context) (uint64, *action.Result, error) {
 		if k.Status == dispatch.StatusCompleted {
 			return max(w.rev, k.ActionRevision), k.Result, nil
 		}
-		return w.rev, nil, &action.Error{Code: k.Code, Message: k.Message}
+		return w.rev, nil, errcode.New(k.Code, k.Message)
 	case <-ctx.Done():
-		return w.rev, nil, &action.Error{Code: action.CodeOutcomeUnknown, Message: "the action did not finish in time; its outcome is unknown"}
+		return w.rev, nil, errcode.New(errcode.OutcomeUnknown, "the action did not finish in time; its outcome is unknown")
 	}
 }
 
@@ -397,11 +354,11 @@ func (d *driver) submitOnce(a action.Action) (*accepted, time.Duration, error) {
 	})
 	switch {
 	case first == nil:
-		return &accepted{}, 0, &action.Error{Code: action.CodeOutcomeUnknown, Message: "the dispatcher did not answer"}
+		return &accepted{}, 0, errcode.New(errcode.OutcomeUnknown, "the dispatcher did not answer")
 	case first.Status == dispatch.StatusAccepted:
 		d.controlSeq = env.ControlSeq // acceptance consumes the seq
 		return &accepted{rev: first.ActionRevision, acks: acks}, 0, nil
 	}
 	// Refused (at submit the seq is not consumed: the next action reuses it).
-	return &accepted{}, time.Duration(first.RetryAfterMs) * time.Millisecond, &action.Error{Code: first.Code, Message: first.Message}
+	return &accepted{}, time.Duration(first.RetryAfterMs) * time.Millisecond, errcode.New(first.Code, first.Message)
 }

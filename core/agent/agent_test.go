@@ -18,6 +18,7 @@ import (
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/plugins/capture"
@@ -143,14 +144,14 @@ func setupWith(t *testing.T, o session.CreateOptions) *env {
 	return &env{m: m, s: s, sv: sv, srv: srv, ctx: admin}
 }
 
-func (e *env) do(t *testing.T, r Request) (*Result, *Error) {
+func (e *env) do(t *testing.T, r Request) (*Result, *errcode.Error) {
 	t.Helper()
 	res, err := e.sv.Do(e.ctx, e.s, "ann", r)
 	if err != nil {
-		if e := AsError(err); e.Code == "internal" {
+		if e := errcode.From(err); e.Code == "internal" {
 			t.Logf("internal: %v", err)
 		}
-		return res, AsError(err)
+		return res, errcode.From(err)
 	}
 	return res, nil
 }
@@ -164,7 +165,7 @@ func (e *env) must(t *testing.T, r Request) *Result {
 	return res
 }
 
-func (e *env) wantCode(t *testing.T, r Request, code string) *Error {
+func (e *env) wantCode(t *testing.T, r Request, code string) *errcode.Error {
 	t.Helper()
 	_, err := e.do(t, r)
 	if err == nil || err.Code != code {
@@ -188,10 +189,10 @@ func TestUpload(t *testing.T) {
 	e := setup(t, "/upload")
 	// Names are plain: no path, no traversal.
 	for _, bad := range []string{"", "../etc/passwd", "a/b", "/etc/passwd", "..", ".hidden", `a\b`, "x\x00y"} {
-		if err := CheckUploadName(bad); AsError(err).Code != "invalid_argument" {
+		if err := CheckUploadName(bad); errcode.From(err).Code != "invalid_argument" {
 			t.Errorf("CheckUploadName(%q) = %v", bad, err)
 		}
-		if _, err := SaveUpload(e.s, bad, strings.NewReader("x")); AsError(err).Code != "invalid_argument" {
+		if _, err := SaveUpload(e.s, bad, strings.NewReader("x")); errcode.From(err).Code != "invalid_argument" {
 			t.Errorf("SaveUpload(%q) = %v", bad, err)
 		}
 		if bad != "" {
@@ -316,11 +317,11 @@ func TestEvalPolicy(t *testing.T) {
 		{User: "ann", Role: access.RoleAdmin, Method: access.MethodToken, Scopes: []string{access.ScopeRead, access.ScopeControl}},
 	} {
 		_, err := e.sv.Do(access.WithPrincipal(context.Background(), p), e.s, "ann", Request{Command: "eval", Expression: "1+1"})
-		if AsError(err).Code != "forbidden" {
+		if errcode.From(err).Code != "forbidden" {
 			t.Errorf("eval as %+v: %v", p, err)
 		}
 	}
-	if _, err := e.sv.Do(context.Background(), e.s, "ann", Request{Command: "eval", Expression: "1"}); AsError(err).Code != "forbidden" {
+	if _, err := e.sv.Do(context.Background(), e.s, "ann", Request{Command: "eval", Expression: "1"}); errcode.From(err).Code != "forbidden" {
 		t.Errorf("eval without a principal: %v", err)
 	}
 	res := e.must(t, Request{Command: "eval", Expression: "({a: 1 + 1, t: document.title})"})
@@ -406,7 +407,7 @@ func TestHumanInControl(t *testing.T) {
 		{Command: "eval", Expression: "1"},
 		{Command: "upload", Selector: "input", Files: []string{"a.txt"}},
 	} {
-		e.wantCode(t, r, CodeHumanInControl)
+		e.wantCode(t, r, errcode.HumanInControl)
 	}
 }
 

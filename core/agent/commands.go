@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/snapshot"
 )
@@ -134,12 +135,12 @@ func readOp(r Request) bool {
 func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 	pg := d.s.Page()
 	if pg == nil {
-		return nil, errorf(CodeNotReady, true, "", "the session has no page yet")
+		return nil, errorf(errcode.NotReady, true, "", "the session has no page yet")
 	}
 	res := &Result{OK: true}
 	if !reads[strings.ToLower(r.Command)] && !readOp(r) {
 		if err := d.s.AgentMayAct(); err != nil {
-			return nil, errorf(CodeHumanInControl, true, "a person has taken control of this session; wait and retry, or use request_human", "a person holds control")
+			return nil, errorf(errcode.HumanInControl, true, "a person has taken control of this session; wait and retry, or use request_human", "a person holds control")
 		}
 	}
 	switch strings.ToLower(r.Command) {
@@ -237,7 +238,7 @@ func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 			x, y = float64(w)/2, float64(h)/2
 		}
 		if r.DeltaX == 0 && r.DeltaY == 0 {
-			return nil, errorf(action.CodeInvalidArgument, false, "", "scroll needs deltaX or deltaY")
+			return nil, errorf(errcode.InvalidArgument, false, "", "scroll needs deltaX or deltaY")
 		}
 		a := d.pointer(action.Wheel, x, y, 0)
 		a.DeltaX, a.DeltaY = r.DeltaX, r.DeltaY
@@ -284,7 +285,7 @@ func (d *driver) run(ctx context.Context, r Request) (*Result, error) {
 	case "eval":
 		return d.eval(ctx, r)
 	}
-	return nil, errorf(CodeUnknownCommand, false, "commands: "+strings.Join(Commands, ", "), "unknown command %q", r.Command)
+	return nil, errorf(errcode.UnknownCommand, false, "commands: "+strings.Join(Commands, ", "), "unknown command %q", r.Command)
 }
 
 // settle waits, after a navigation command, until the page has moved to
@@ -312,11 +313,11 @@ func (d *driver) settle(ctx context.Context, before uint64) string {
 func (d *driver) requestHuman(ctx context.Context, r Request) (*Result, error) {
 	reason := strings.TrimSpace(r.Reason)
 	if reason == "" || len(reason) > 500 {
-		return nil, errorf(action.CodeInvalidArgument, false, "", "reason: 1..500 characters saying what the person should do")
+		return nil, errorf(errcode.InvalidArgument, false, "", "reason: 1..500 characters saying what the person should do")
 	}
 	out, err := d.s.RequestHuman(ctx, d.user, reason)
 	if err != nil {
-		return nil, errorf(CodeNotReady, false, "", "the session ended while waiting for a person")
+		return nil, errorf(errcode.NotReady, false, "", "the session ended while waiting for a person")
 	}
 	res := &Result{OK: out.Done, Data: out, Summary: "a person marked it done"}
 	if !out.Done {
@@ -353,7 +354,7 @@ func (d *driver) element(ctx context.Context, r Request) (*snapshot.Element, str
 		el, err := snapshot.ResolveRole(ctx, d.page(ctx), r.Role, r.Name)
 		return el, fmt.Sprintf("%s %q", r.Role, r.Name), err
 	}
-	return nil, "", errorf(action.CodeInvalidArgument, false, "give ref, selector or role (+name)", "no target element")
+	return nil, "", errorf(errcode.InvalidArgument, false, "give ref, selector or role (+name)", "no target element")
 }
 
 // point is where to act, in CSS pixels: the element's hit-tested centre,
@@ -361,7 +362,7 @@ func (d *driver) element(ctx context.Context, r Request) (*snapshot.Element, str
 func (d *driver) point(ctx context.Context, r Request) (float64, float64, string, error) {
 	if r.Ref == "" && r.Selector == "" && r.Role == "" {
 		if r.X == nil || r.Y == nil {
-			return 0, 0, "", errorf(action.CodeInvalidArgument, false, "give ref, selector, role (+name) or x and y", "no target")
+			return 0, 0, "", errorf(errcode.InvalidArgument, false, "give ref, selector, role (+name) or x and y", "no target")
 		}
 		return *r.X, *r.Y, fmt.Sprintf("(%.0f, %.0f)", *r.X, *r.Y), nil
 	}
@@ -412,7 +413,7 @@ func (d *driver) click(ctx context.Context, r Request, n int) (uint64, string, e
 func (d *driver) press(ctx context.Context, chord string) (uint64, error) {
 	parts := strings.Split(chord, "+")
 	if chord == "" || len(parts) > 5 {
-		return 0, errorf(action.CodeInvalidArgument, false, `e.g. "Enter", "Control+a", "Shift+Tab"`, "bad key chord")
+		return 0, errorf(errcode.InvalidArgument, false, `e.g. "Enter", "Control+a", "Shift+Tab"`, "bad key chord")
 	}
 	key := parts[len(parts)-1]
 	if key == "" && strings.HasSuffix(chord, "+") { // "Control++"
@@ -431,7 +432,7 @@ func (d *driver) press(ctx context.Context, chord string) (uint64, error) {
 			mods |= action.ModMeta
 		case "":
 		default:
-			return 0, errorf(action.CodeInvalidArgument, false, "modifiers: Control, Shift, Alt, Meta", "unknown modifier %q", m)
+			return 0, errorf(errcode.InvalidArgument, false, "modifiers: Control, Shift, Alt, Meta", "unknown modifier %q", m)
 		}
 	}
 	rev, _, err := d.submit(ctx, action.Action{Kind: action.KeyPress, Key: key, Modifiers: mods})
@@ -457,7 +458,7 @@ func (d *driver) selectOption(ctx context.Context, r Request) (*Result, error) {
 		}
 	}
 	if label == "" {
-		return nil, errorf(snapshot.CodeNotFound, false, "list the options with a snapshot", "%s has no option %q", what, r.Value)
+		return nil, errorf(errcode.NotFound, false, "list the options with a snapshot", "%s has no option %q", what, r.Value)
 	}
 	if err := el.Focus(ctx); err != nil {
 		return nil, err
@@ -505,7 +506,7 @@ func (d *driver) get(ctx context.Context, r Request) (*Result, error) {
 	case "box":
 		v, err = el.Box(ctx)
 	default:
-		return nil, errorf(action.CodeInvalidArgument, false, "what: text, value, attr, title, url, count, box", "get %q", r.What)
+		return nil, errorf(errcode.InvalidArgument, false, "what: text, value, attr, title, url, count, box", "get %q", r.What)
 	}
 	if err != nil {
 		return nil, err
@@ -527,7 +528,7 @@ func (d *driver) is(ctx context.Context, r Request) (*Result, error) {
 	case "checked":
 		v, err = el.IsChecked(ctx)
 	default:
-		return nil, errorf(action.CodeInvalidArgument, false, "what: visible, enabled, checked", "is %q", r.What)
+		return nil, errorf(errcode.InvalidArgument, false, "what: visible, enabled, checked", "is %q", r.What)
 	}
 	if err != nil {
 		return nil, err
@@ -544,7 +545,7 @@ func (d *driver) screenshot(ctx context.Context, r Request) (*Result, error) {
 		q := int64(80)
 		p.Format, p.Quality, mime = page.CaptureScreenshotFormatJpeg, &q, "image/jpeg"
 	default:
-		return nil, errorf(action.CodeInvalidArgument, false, "", "format: png or jpeg")
+		return nil, errorf(errcode.InvalidArgument, false, "", "format: png or jpeg")
 	}
 	start := time.Now()
 	out, err := cdp.Call(ctx, d.s.Page().Target(), page.CaptureScreenshot, p)
@@ -552,7 +553,7 @@ func (d *driver) screenshot(ctx context.Context, r Request) (*Result, error) {
 		return nil, err
 	}
 	if len(out.Data) > maxScreenshotBytes {
-		return nil, errorf(action.CodeTooLarge, true, "use format jpeg", "screenshot of %d bytes over the %d byte cap", len(out.Data), maxScreenshotBytes)
+		return nil, errorf(errcode.TooLarge, true, "use format jpeg", "screenshot of %d bytes over the %d byte cap", len(out.Data), maxScreenshotBytes)
 	}
 	return &Result{OK: true, Summary: fmt.Sprintf("%d bytes in %v", len(out.Data), time.Since(start).Round(time.Millisecond)),
 		Data: map[string]any{"mimeType": mime, "base64": base64.StdEncoding.EncodeToString(out.Data)}}, nil
@@ -567,7 +568,7 @@ type option struct {
 func selectOptions(ctx context.Context, el *snapshot.Element) ([]option, error) {
 	obj, err := cdp.Call(ctx, el.Session, dom.ResolveNode, dom.ResolveNodeParams{BackendNodeID: el.BackendNodeID})
 	if err != nil || obj.Object == nil {
-		return nil, errorf(snapshot.CodeStaleRef, true, "take a new snapshot", "the element is gone")
+		return nil, errorf(errcode.StaleRef, true, "take a new snapshot", "the element is gone")
 	}
 	defer cdp.Call(context.WithoutCancel(ctx), el.Session, runtime.ReleaseObject, runtime.ReleaseObjectParams{ObjectID: obj.Object.ObjectID})
 	yes := true
@@ -581,7 +582,7 @@ func selectOptions(ctx context.Context, el *snapshot.Element) ([]option, error) 
 	}
 	var opts []option
 	if out.Result == nil || json.Unmarshal(out.Result.Value, &opts) != nil || opts == nil {
-		return nil, errorf(action.CodeInvalidArgument, false, "select works on <select> elements", "the element is not a <select>")
+		return nil, errorf(errcode.InvalidArgument, false, "select works on <select> elements", "the element is not a <select>")
 	}
 	return opts, nil
 }

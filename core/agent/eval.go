@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/tabcast/tabcast/core/access"
-	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // maxEvalBytes caps the JSON of an eval result.
@@ -23,11 +23,11 @@ const maxEvalBytes = 64 << 10
 // holds the admin scope.
 func (d *driver) evalAllowed(ctx context.Context, what string) error {
 	if !d.sv.currentPolicy().AllowEval {
-		return errorf(CodeForbidden, false, "an operator may allow it with the config key agent.allowEval: true (admin-scoped callers only)",
+		return errorf(errcode.Forbidden, false, "an operator may allow it with the config key agent.allowEval: true (admin-scoped callers only)",
 			"%s is turned off on this appliance", what)
 	}
 	if p, ok := access.FromContext(ctx); !ok || !p.Has(access.ScopeAdmin) {
-		return errorf(CodeForbidden, false, "use an admin's token with the admin scope (agent.allowEval is on)", "%s needs the admin scope", what)
+		return errorf(errcode.Forbidden, false, "use an admin's token with the admin scope (agent.allowEval is on)", "%s needs the admin scope", what)
 	}
 	return nil
 }
@@ -47,7 +47,7 @@ func (d *driver) eval(ctx context.Context, r Request) (*Result, error) {
 		return nil, err
 	}
 	if strings.TrimSpace(r.Expression) == "" || len(r.Expression) > maxEvalBytes {
-		return nil, errorf(action.CodeInvalidArgument, false, `expression: JavaScript such as "document.title" (at most 64 KiB)`, "no expression")
+		return nil, errorf(errcode.InvalidArgument, false, `expression: JavaScript such as "document.title" (at most 64 KiB)`, "no expression")
 	}
 	yes := true
 	out, err := cdp.Call(ctx, d.s.Page().Target(), runtime.Evaluate, runtime.EvaluateParams{
@@ -57,7 +57,7 @@ func (d *driver) eval(ctx context.Context, r Request) (*Result, error) {
 		return nil, fmt.Errorf("agent: eval: %w", err)
 	}
 	if out.ExceptionDetails != nil {
-		return nil, errorf(action.CodeInvalidArgument, true, "fix the expression", "the expression threw: %s", exceptionText(out.ExceptionDetails))
+		return nil, errorf(errcode.InvalidArgument, true, "fix the expression", "the expression threw: %s", exceptionText(out.ExceptionDetails))
 	}
 	data := map[string]any{"value": nil, "truncated": false}
 	if out.Result != nil {

@@ -13,10 +13,9 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/storage"
-	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/session"
-	"github.com/tabcast/tabcast/core/snapshot"
 )
 
 // browserConn is the session's browser's shared connection, for the
@@ -25,7 +24,7 @@ import (
 func (d *driver) browserConn(ctx context.Context) (*browser.BrowserConn, error) {
 	conn, err := d.s.BrowserConn(ctx)
 	if errors.Is(err, session.ErrNoBrowser) {
-		return nil, errorf(CodeNotReady, true, "", "the session's browser is not reachable")
+		return nil, errorf(errcode.NotReady, true, "", "the session's browser is not reachable")
 	}
 	return conn, err
 }
@@ -113,7 +112,7 @@ func (d *driver) cookies(ctx context.Context, r Request) (*Result, error) {
 		return &Result{OK: true, Summary: sum, Data: map[string]any{"cookies": out, "revealed": r.Reveal}}, nil
 	case "set":
 		if c.Name == "" || len(c.Value) > maxCookieValue || len(c.Name) > 256 {
-			return nil, errorf(action.CodeInvalidArgument, false, "cookie: {name, value (at most 4096 bytes), url or domain, path, secure, httpOnly, sameSite, expires}", "bad cookie")
+			return nil, errorf(errcode.InvalidArgument, false, "cookie: {name, value (at most 4096 bytes), url or domain, path, secure, httpOnly, sameSite, expires}", "bad cookie")
 		}
 		p := &network.CookieParam{Name: c.Name, Value: c.Value, URL: c.URL, Domain: c.Domain, Path: c.Path, Secure: c.Secure, HTTPOnly: c.HTTPOnly,
 			Expires: cdp.TimeSinceEpoch(c.Expires)}
@@ -126,7 +125,7 @@ func (d *driver) cookies(ctx context.Context, r Request) (*Result, error) {
 		case "none":
 			p.SameSite = network.CookieSameSiteNone
 		default:
-			return nil, errorf(action.CodeInvalidArgument, false, "sameSite: Strict, Lax or None", "bad sameSite")
+			return nil, errorf(errcode.InvalidArgument, false, "sameSite: Strict, Lax or None", "bad sameSite")
 		}
 		if p.URL == "" && p.Domain == "" {
 			// The current page's URL scopes it.
@@ -135,7 +134,7 @@ func (d *driver) cookies(ctx context.Context, r Request) (*Result, error) {
 				return nil, err
 			}
 			if !strings.HasPrefix(href, "http://") && !strings.HasPrefix(href, "https://") {
-				return nil, errorf(action.CodeInvalidArgument, false, "give cookie.url or cookie.domain", "the current page has no http(s) origin")
+				return nil, errorf(errcode.InvalidArgument, false, "give cookie.url or cookie.domain", "the current page has no http(s) origin")
 			}
 			p.URL = href
 		}
@@ -146,7 +145,7 @@ func (d *driver) cookies(ctx context.Context, r Request) (*Result, error) {
 		_, err = cdp.Call(ctx, conn, storage.SetCookies, storage.SetCookiesParams{Cookies: []*network.CookieParam{p}, BrowserContextID: bctx})
 		var ce *cdproto.Error
 		if errors.As(err, &ce) {
-			return nil, errorf(action.CodeInvalidArgument, false, "check the cookie's name, domain, url and flags", "the browser refused the cookie")
+			return nil, errorf(errcode.InvalidArgument, false, "check the cookie's name, domain, url and flags", "the browser refused the cookie")
 		}
 		if err != nil {
 			return nil, fmt.Errorf("agent: set cookie: %w", err)
@@ -157,7 +156,7 @@ func (d *driver) cookies(ctx context.Context, r Request) (*Result, error) {
 			// Network.deleteCookies on the page's session reaches its
 			// context's jar.
 			if c.URL == "" && c.Domain == "" {
-				return nil, errorf(action.CodeInvalidArgument, false, "give cookie.url or cookie.domain with cookie.name, or no cookie to clear all", "which cookie?")
+				return nil, errorf(errcode.InvalidArgument, false, "give cookie.url or cookie.domain with cookie.name, or no cookie to clear all", "which cookie?")
 			}
 			if _, err := cdp.Call(ctx, pg.Target(), network.DeleteCookies, network.DeleteCookiesParams{Name: c.Name, URL: c.URL, Domain: c.Domain, Path: c.Path}); err != nil {
 				return nil, fmt.Errorf("agent: delete cookies: %w", err)
@@ -173,7 +172,7 @@ func (d *driver) cookies(ctx context.Context, r Request) (*Result, error) {
 		}
 		return &Result{OK: true, Summary: "cleared every cookie of the session"}, nil
 	}
-	return nil, errorf(action.CodeInvalidArgument, false, "op: get, set, clear", "cookies %q", r.Op)
+	return nil, errorf(errcode.InvalidArgument, false, "op: get, set, clear", "cookies %q", r.Op)
 }
 
 // storageJS does one op on localStorage or sessionStorage of the main
@@ -218,7 +217,7 @@ func (d *driver) storage(ctx context.Context, r Request) (*Result, error) {
 		area = "local"
 	case "session":
 	default:
-		return nil, errorf(action.CodeInvalidArgument, false, "area: local or session", "storage area %q", r.Area)
+		return nil, errorf(errcode.InvalidArgument, false, "area: local or session", "storage area %q", r.Area)
 	}
 	op := strings.ToLower(r.Op)
 	switch op {
@@ -227,13 +226,13 @@ func (d *driver) storage(ctx context.Context, r Request) (*Result, error) {
 	case "get", "clear":
 	case "set":
 		if r.Key == "" {
-			return nil, errorf(action.CodeInvalidArgument, false, "give key and value", "storage set needs a key")
+			return nil, errorf(errcode.InvalidArgument, false, "give key and value", "storage set needs a key")
 		}
 		if len(r.Key)+len(r.Value) > maxStorageBytes {
-			return nil, errorf(action.CodeTooLarge, false, "", "storage set: key and value over %d bytes", maxStorageBytes)
+			return nil, errorf(errcode.TooLarge, false, "", "storage set: key and value over %d bytes", maxStorageBytes)
 		}
 	default:
-		return nil, errorf(action.CodeInvalidArgument, false, "op: get, set, clear", "storage %q", r.Op)
+		return nil, errorf(errcode.InvalidArgument, false, "op: get, set, clear", "storage %q", r.Op)
 	}
 	args, _ := json.Marshal(map[string]any{"area": area, "op": op, "key": r.Key, "value": r.Value, "reveal": r.Reveal,
 		"maxItems": maxStorageItems, "maxBytes": maxStorageBytes})
@@ -248,14 +247,14 @@ func (d *driver) storage(ctx context.Context, r Request) (*Result, error) {
 		Truncated bool `json:"truncated"`
 	}
 	if err := d.s.Page().Evaluate(ctx, storageJS+"("+string(args)+")", &out); err != nil {
-		var ae *Error
+		var ae *errcode.Error
 		if errors.As(err, &ae) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, err
 		}
-		return nil, errorf(action.CodeInvalidArgument, true, "storage needs an http(s) page", "the page's storage is not reachable")
+		return nil, errorf(errcode.InvalidArgument, true, "storage needs an http(s) page", "the page's storage is not reachable")
 	}
 	if out.Err != "" {
-		return nil, errorf(action.CodeInvalidArgument, true, "storage needs an http(s) page", "this page has no %sStorage", area)
+		return nil, errorf(errcode.InvalidArgument, true, "storage needs an http(s) page", "this page has no %sStorage", area)
 	}
 	res := &Result{OK: true, Data: map[string]any{"origin": out.Origin, "area": area}}
 	switch op {
@@ -269,7 +268,7 @@ func (d *driver) storage(ctx context.Context, r Request) (*Result, error) {
 			items = append(items, StorageItem{Key: it.Key, Value: v, ValueLength: it.ValueLength})
 		}
 		if r.Key != "" && len(items) == 0 {
-			return nil, errorf(snapshot.CodeNotFound, true, "", "no %sStorage item of that key", area)
+			return nil, errorf(errcode.NotFound, true, "", "no %sStorage item of that key", area)
 		}
 		res.Data.(map[string]any)["items"] = items
 		res.Data.(map[string]any)["truncated"] = out.Truncated

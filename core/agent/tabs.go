@@ -11,7 +11,7 @@ import (
 
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
-	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/snapshot"
 )
@@ -29,9 +29,6 @@ type Tab struct {
 	OpenerID string `json:"openerId,omitempty"`
 }
 
-// CodeTooManyTabs: tabs new over the session's limit (session.MaxTabs).
-const CodeTooManyTabs = "too_many_tabs"
-
 // listTabs lists the session's tabs.
 func (d *driver) listTabs() []Tab {
 	out := []Tab{}
@@ -45,14 +42,14 @@ func (d *driver) listTabs() []Tab {
 // findTab resolves the request's index or tabId.
 func findTab(tabs []Tab, r Request) (Tab, error) {
 	if (r.Index == nil) == (r.TabID == "") {
-		return Tab{}, errorf(action.CodeInvalidArgument, false, "give index or tabId from tabs list", "which tab?")
+		return Tab{}, errorf(errcode.InvalidArgument, false, "give index or tabId from tabs list", "which tab?")
 	}
 	for _, t := range tabs {
 		if (r.Index != nil && t.Index == *r.Index) || (r.TabID != "" && t.ID == r.TabID) {
 			return t, nil
 		}
 	}
-	return Tab{}, errorf(snapshot.CodeNotFound, true, "list them with tabs list", "no such tab")
+	return Tab{}, errorf(errcode.NotFound, true, "list them with tabs list", "no such tab")
 }
 
 // tabErr maps the session's tab errors to the API's codes.
@@ -61,13 +58,13 @@ func tabErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, session.ErrNoTab):
-		return errorf(snapshot.CodeNotFound, true, "list them with tabs list", "no such tab (it closed)")
+		return errorf(errcode.NotFound, true, "list them with tabs list", "no such tab (it closed)")
 	case errors.Is(err, session.ErrTooManyTabs):
-		return errorf(CodeTooManyTabs, true, "close a tab first (tabs close)", "the session holds at most %d tabs", session.MaxTabs)
+		return errorf(errcode.TooManyTabs, true, "close a tab first (tabs close)", "the session holds at most %d tabs", session.MaxTabs)
 	case errors.Is(err, session.ErrLastTab):
-		return errorf(CodeUnsupported, false, "close the session instead: DELETE /api/v1/sessions/{id}", "the session's last tab cannot be closed")
+		return errorf(errcode.Unsupported, false, "close the session instead: DELETE /api/v1/sessions/{id}", "the session's last tab cannot be closed")
 	case errors.Is(err, session.ErrNotReady):
-		return errorf(CodeNotReady, true, "", "the session is not ready")
+		return errorf(errcode.NotReady, true, "", "the session is not ready")
 	}
 	return err
 }
@@ -120,7 +117,7 @@ func (d *driver) tabs(ctx context.Context, r Request) (*Result, error) {
 		d.sv.snap.Forget(tabKey(t.ID)) // its refs go with it
 		return &Result{OK: true, Summary: fmt.Sprintf("closed tab %d", t.Index), Data: map[string]any{"tabs": d.listTabs()}}, nil
 	}
-	return nil, errorf(action.CodeInvalidArgument, false, "op: list, new, switch, close", "tabs %q", r.Op)
+	return nil, errorf(errcode.InvalidArgument, false, "op: list, new, switch, close", "tabs %q", r.Op)
 }
 
 // tabKey names a tab for the Snapshotter, which keys pages by target id.

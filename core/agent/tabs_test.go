@@ -9,6 +9,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/session"
 )
 
@@ -91,7 +92,7 @@ func TestTabsSwitch(t *testing.T) {
 	acks := make(chan dispatch.Ack, 4)
 	p.Submit(dispatch.Envelope{ControlSeq: 1, ActionID: "old", Action: action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "left", ClickCount: 1, PageRevision: oldRev}},
 		func(a dispatch.Ack) { acks <- a })
-	if a := <-acks; a.Status != dispatch.StatusRejected || a.Code != action.CodeStalePage {
+	if a := <-acks; a.Status != dispatch.StatusRejected || a.Code != errcode.StalePage {
 		t.Errorf("pointer_down with the first page's revision: %+v", a)
 	}
 
@@ -111,14 +112,14 @@ func TestTabsSwitch(t *testing.T) {
 	e.wantCode(t, Request{Command: "tabs", Op: "switch", TabID: "nope"}, "not_found")
 
 	// Policy and bounds.
-	e.wantCode(t, Request{Command: "tabs", Op: "new", URL: "file:///etc/passwd"}, action.CodeNavigationBlocked)
+	e.wantCode(t, Request{Command: "tabs", Op: "new", URL: "file:///etc/passwd"}, errcode.NavigationBlocked)
 	for i := len(e.tabList(t)); i < session.MaxTabs; i++ {
 		res := e.must(t, Request{Command: "tabs", Op: "new", Background: true})
 		if cur := current(res.Data.(map[string]any)["tabs"].([]Tab)); cur.Index != 0 {
 			t.Fatalf("background tab became current: %+v", cur)
 		}
 	}
-	e.wantCode(t, Request{Command: "tabs", Op: "new", Background: true}, CodeTooManyTabs)
+	e.wantCode(t, Request{Command: "tabs", Op: "new", Background: true}, errcode.TooManyTabs)
 	for len(e.tabList(t)) > 2 {
 		e.must(t, Request{Command: "tabs", Op: "close", Index: ptr(2)})
 	}
@@ -132,7 +133,7 @@ func TestTabsSwitch(t *testing.T) {
 	if title := e.must(t, Request{Command: "get", What: "title"}).Data.(map[string]any)["title"]; title != "Popup" {
 		t.Errorf("title after close: %v", title)
 	}
-	e.wantCode(t, Request{Command: "tabs", Op: "close", Index: ptr(0)}, CodeUnsupported)
+	e.wantCode(t, Request{Command: "tabs", Op: "close", Index: ptr(0)}, errcode.Unsupported)
 	e.wantCode(t, Request{Command: "tabs", Op: "fly"}, "invalid_argument")
 }
 

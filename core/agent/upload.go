@@ -20,7 +20,7 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/runtime"
-	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/snapshot"
 )
@@ -48,7 +48,7 @@ func CheckUploadName(name string) error {
 		bad = bad || unicode.IsControl(c)
 	}
 	if bad {
-		return errorf(action.CodeInvalidArgument, false, "a plain file name such as report.pdf: no path, no \"..\", not starting with \".\"", "bad upload file name")
+		return errorf(errcode.InvalidArgument, false, "a plain file name such as report.pdf: no path, no \"..\", not starting with \".\"", "bad upload file name")
 	}
 	return nil
 }
@@ -57,7 +57,7 @@ func CheckUploadName(name string) error {
 func ListUploads(s *session.Session) ([]Upload, error) {
 	dir, err := s.UploadDir()
 	if err != nil {
-		return nil, errorf(CodeNotReady, false, "", "the session has no upload area (it ended)")
+		return nil, errorf(errcode.NotReady, false, "", "the session has no upload area (it ended)")
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -92,12 +92,12 @@ func SaveUpload(s *session.Session, name string, r io.Reader) (Upload, error) {
 			exists = exists || u.Name == name
 		}
 		if !exists {
-			return Upload{}, errorf(action.CodeTooLarge, true, "", "the upload area holds at most %d files", MaxUploadFiles)
+			return Upload{}, errorf(errcode.TooLarge, true, "", "the upload area holds at most %d files", MaxUploadFiles)
 		}
 	}
 	dir, err := s.UploadDir()
 	if err != nil {
-		return Upload{}, errorf(CodeNotReady, false, "", "the session has no upload area (it ended)")
+		return Upload{}, errorf(errcode.NotReady, false, "", "the session has no upload area (it ended)")
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -116,14 +116,14 @@ func SaveUpload(s *session.Session, name string, r io.Reader) (Upload, error) {
 		err = cerr
 	}
 	if err == nil && n > MaxUploadBytes {
-		err = errorf(action.CodeTooLarge, false, "", "a file may have at most %d bytes", MaxUploadBytes)
+		err = errorf(errcode.TooLarge, false, "", "a file may have at most %d bytes", MaxUploadBytes)
 	}
 	if err == nil {
 		err = root.Rename(tmp, name)
 	}
 	if err != nil {
 		_ = root.Remove(tmp)
-		var e *Error
+		var e *errcode.Error
 		if errors.As(err, &e) {
 			return Upload{}, e
 		}
@@ -135,7 +135,7 @@ func SaveUpload(s *session.Session, name string, r io.Reader) (Upload, error) {
 // upload sets files of the upload area on an <input type=file>.
 func (d *driver) upload(ctx context.Context, r Request) (*Result, error) {
 	if len(r.Files) == 0 || len(r.Files) > MaxUploadFiles {
-		return nil, errorf(action.CodeInvalidArgument, false, "files: 1..64 names of files in the session's upload area", "no files to upload")
+		return nil, errorf(errcode.InvalidArgument, false, "files: 1..64 names of files in the session's upload area", "no files to upload")
 	}
 	for _, name := range r.Files {
 		if err := CheckUploadName(name); err != nil {
@@ -144,7 +144,7 @@ func (d *driver) upload(ctx context.Context, r Request) (*Result, error) {
 	}
 	dir, err := d.s.UploadDir()
 	if err != nil {
-		return nil, errorf(CodeNotReady, false, "", "the session has no upload area (it ended)")
+		return nil, errorf(errcode.NotReady, false, "", "the session has no upload area (it ended)")
 	}
 	paths := make([]string, 0, len(r.Files))
 	files := make([]Upload, 0, len(r.Files))
@@ -152,7 +152,7 @@ func (d *driver) upload(ctx context.Context, r Request) (*Result, error) {
 		p := filepath.Join(dir, name)
 		fi, err := os.Lstat(p)
 		if err != nil || !fi.Mode().IsRegular() {
-			return nil, errorf(snapshot.CodeNotFound, false, "put it first with PUT /api/v1/sessions/{id}/uploads/{name}; list them with GET …/uploads",
+			return nil, errorf(errcode.NotFound, false, "put it first with PUT /api/v1/sessions/{id}/uploads/{name}; list them with GET …/uploads",
 				"no file %q in the session's upload area", name)
 		}
 		paths = append(paths, p)
@@ -172,11 +172,11 @@ func (d *driver) upload(ctx context.Context, r Request) (*Result, error) {
 	}
 	switch {
 	case !kind.File:
-		return nil, errorf(action.CodeInvalidArgument, false, "target an <input type=file>", "%s is not a file input", what)
+		return nil, errorf(errcode.InvalidArgument, false, "target an <input type=file>", "%s is not a file input", what)
 	case kind.Disabled:
-		return nil, errorf(action.CodeInvalidArgument, true, "", "%s is disabled", what)
+		return nil, errorf(errcode.InvalidArgument, true, "", "%s is disabled", what)
 	case len(paths) > 1 && !kind.Multiple:
-		return nil, errorf(action.CodeInvalidArgument, false, "give one file", "%s takes one file", what)
+		return nil, errorf(errcode.InvalidArgument, false, "give one file", "%s takes one file", what)
 	}
 	if _, err := cdp.Call(ctx, el.Session, dom.SetFileInputFiles, dom.SetFileInputFilesParams{Files: paths, BackendNodeID: el.BackendNodeID}); err != nil {
 		return nil, fmt.Errorf("agent: set files: %w", err)
@@ -188,7 +188,7 @@ func (d *driver) upload(ctx context.Context, r Request) (*Result, error) {
 func callOn(ctx context.Context, el *snapshot.Element, fn string, out any) error {
 	obj, err := cdp.Call(ctx, el.Session, dom.ResolveNode, dom.ResolveNodeParams{BackendNodeID: el.BackendNodeID})
 	if err != nil || obj.Object == nil {
-		return errorf(snapshot.CodeStaleRef, true, "take a new snapshot", "the element is gone")
+		return errorf(errcode.StaleRef, true, "take a new snapshot", "the element is gone")
 	}
 	defer cdp.Call(context.WithoutCancel(ctx), el.Session, runtime.ReleaseObject, runtime.ReleaseObjectParams{ObjectID: obj.Object.ObjectID})
 	yes := true
@@ -199,7 +199,7 @@ func callOn(ctx context.Context, el *snapshot.Element, fn string, out any) error
 		return fmt.Errorf("agent: call on element: %w", err)
 	}
 	if res.ExceptionDetails != nil || res.Result == nil || json.Unmarshal(res.Result.Value, out) != nil {
-		return errorf(snapshot.CodeStaleRef, true, "take a new snapshot", "the element cannot be read")
+		return errorf(errcode.StaleRef, true, "take a new snapshot", "the element cannot be read")
 	}
 	return nil
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
-	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/snapshot"
 )
 
@@ -48,7 +48,7 @@ func (d *driver) wait(ctx context.Context, r Request) (*Result, error) {
 	if r.Value != "" {
 		re, err := regexp.Compile(r.Value)
 		if err != nil {
-			return nil, errorf(action.CodeInvalidArgument, false, "", "bad URL pattern: %v", err)
+			return nil, errorf(errcode.InvalidArgument, false, "", "bad URL pattern: %v", err)
 		}
 		w.URLPattern = re
 	}
@@ -57,19 +57,19 @@ func (d *driver) wait(ctx context.Context, r Request) (*Result, error) {
 	switch load {
 	case "", LoadLoad, LoadDOMContentLoaded, LoadNetworkIdle:
 	default:
-		return nil, errorf(action.CodeInvalidArgument, false, "load: load, domcontentloaded or networkidle", "load state %q", r.Load)
+		return nil, errorf(errcode.InvalidArgument, false, "load: load, domcontentloaded or networkidle", "load state %q", r.Load)
 	}
 	if r.Function != "" {
 		if err := d.evalAllowed(ctx, "wait function"); err != nil {
 			return nil, err
 		}
 		if len(r.Function) > maxEvalBytes {
-			return nil, errorf(action.CodeInvalidArgument, false, "", "function over 64 KiB")
+			return nil, errorf(errcode.InvalidArgument, false, "", "function over 64 KiB")
 		}
 	}
 	if load == "" && r.Function == "" {
 		if !pageConds {
-			return nil, errorf(action.CodeInvalidArgument, false, "give text, selector, url, value (URL regexp), load or function", "no wait condition")
+			return nil, errorf(errcode.InvalidArgument, false, "give text, selector, url, value (URL regexp), load or function", "no wait condition")
 		}
 		return waitResult(snapshot.Wait(ctx, d.page(ctx), w))
 	}
@@ -101,7 +101,7 @@ func (d *driver) wait(ctx context.Context, r Request) (*Result, error) {
 			if wr != nil {
 				lastPage = wr
 			}
-			if err != nil && snapshot.CodeOf(err) != snapshot.CodeTimeout {
+			if err != nil && errcode.CodeOf(err) != errcode.Timeout {
 				return nil, err
 			}
 			if err == nil {
@@ -130,7 +130,7 @@ func (d *driver) wait(ctx context.Context, r Request) (*Result, error) {
 }
 
 func waitResult(wr *snapshot.WaitResult, err error) (*Result, error) {
-	if wr != nil && snapshot.CodeOf(err) == snapshot.CodeTimeout {
+	if wr != nil && errcode.CodeOf(err) == errcode.Timeout {
 		// A wait that runs out is a result, not a loss: it says what held.
 		return &Result{OK: false, Summary: "timed out", Data: wr}, nil
 	}
@@ -197,7 +197,7 @@ func (d *driver) moreConditions(ctx context.Context, load, fn string, nt *netTra
 		c := snapshot.Condition{Name: "function", Want: "truthy"}
 		if res.ExceptionDetails != nil {
 			if res.ExceptionDetails.Exception != nil && res.ExceptionDetails.Exception.ClassName == "SyntaxError" {
-				return nil, errorf(action.CodeInvalidArgument, false, "fix the function", "the function does not parse: %s", exceptionText(res.ExceptionDetails))
+				return nil, errorf(errcode.InvalidArgument, false, "fix the function", "the function does not parse: %s", exceptionText(res.ExceptionDetails))
 			}
 			c.Detail = "threw: " + exceptionText(res.ExceptionDetails)
 		} else if res.Result != nil {

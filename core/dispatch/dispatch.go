@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/telemetry"
 )
 
@@ -17,7 +18,7 @@ import (
 // one goroutine at a time; PageRevision may be called concurrently with
 // anything and must be cheap.
 type Executor interface {
-	// Execute performs one action on the page. ctx carries the 30 s deadline. A refusal returns *action.Error
+	// Execute performs one action on the page. ctx carries the 30 s deadline. A refusal returns *errcode.Error
 	// (its Code is passed through in the ack); any other error after the action may have had a side effect → outcome_unknown.
 	Execute(ctx context.Context, producerID string, a action.Action) (action.Result, error)
 	// PageRevision is the page's current revision (rises on top-level navigation / page switch).
@@ -229,18 +230,18 @@ func (d *Dispatcher) Renew(id string) (Producer, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return Producer{}, action.Errorf(action.CodeClosed, "session closed")
+		return Producer{}, errcode.Newf(errcode.SessionClosed, "session closed")
 	}
 	p := d.producers[id]
 	if p == nil {
 		d.mu.Unlock()
-		return Producer{}, action.Errorf(action.CodeUnknownProducer, "unknown producer")
+		return Producer{}, errcode.Newf(errcode.UnknownProducer, "unknown producer")
 	}
 	if p.ended {
 		d.mu.Unlock()
-		return Producer{}, action.Errorf(action.CodeStaleGeneration, "producer ended")
+		return Producer{}, errcode.Newf(errcode.StaleGeneration, "producer ended")
 	}
-	drops := d.endGenerationLocked(p, action.CodeStaleGeneration, "producer renewed", pageRev)
+	drops := d.endGenerationLocked(p, errcode.StaleGeneration, "producer renewed", pageRev)
 	p.gen = newGeneration(p.gen.n+1, d.cfg.Now())
 	g := p.grant()
 	d.mu.Unlock()
@@ -259,7 +260,7 @@ func (d *Dispatcher) End(id string) {
 		d.mu.Unlock()
 		return
 	}
-	drops := d.endProducerLocked(p, action.CodeStaleGeneration, "producer ended", pageRev)
+	drops := d.endProducerLocked(p, errcode.StaleGeneration, "producer ended", pageRev)
 	d.mu.Unlock()
 	d.replyDrops(drops)
 }
@@ -275,7 +276,7 @@ func (d *Dispatcher) Close() {
 		d.closeBy = time.Now().Add(closeReleaseBudget)
 		var drops []drop
 		for _, p := range append([]*producer(nil), d.ring...) {
-			drops = append(drops, d.endProducerLocked(p, action.CodeClosed, "session closed", pageRev)...)
+			drops = append(drops, d.endProducerLocked(p, errcode.SessionClosed, "session closed", pageRev)...)
 		}
 		d.kickLocked()
 		d.mu.Unlock()
@@ -332,18 +333,18 @@ func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply 
 		return submitOut{acks: []Ack{{ActionID: e.ActionID, Status: StatusRejected, Code: code, Message: msg, PageRevision: pageRev}}}
 	}
 	if d.closed {
-		return reject(action.CodeClosed, "session closed")
+		return reject(errcode.SessionClosed, "session closed")
 	}
 	p := d.producers[e.ProducerID]
 	if p == nil {
-		return reject(action.CodeUnknownProducer, "unknown producer")
+		return reject(errcode.UnknownProducer, "unknown producer")
 	}
 	if p.ended {
-		return reject(action.CodeStaleGeneration, "producer ended")
+		return reject(errcode.StaleGeneration, "producer ended")
 	}
 	gen := p.gen
 	if e.ProducerGeneration != gen.n {
-		return reject(action.CodeStaleGeneration, "producer generation is not current")
+		return reject(errcode.StaleGeneration, "producer generation is not current")
 	}
 	now := d.cfg.Now()
 	gen.lastSeen = now // any authenticated message renews held input
@@ -352,7 +353,7 @@ func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply 
 		return reject(ae.Code, ae.Message)
 	}
 	if len(e.ActionID) > MaxActionIDLen {
-		return reject(action.CodeInvalidArgument, "actionId too long")
+		return reject(errcode.InvalidArgument, "actionId too long")
 	}
 	a := e.Action
 	switch {
@@ -368,11 +369,11 @@ func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply 
 
 	// Control channel.
 	if e.ActionID == "" {
-		return reject(action.CodeInvalidArgument, "actionId is required")
+		return reject(errcode.InvalidArgument, "actionId is required")
 	}
 	if en := gen.ledger.get(e.ActionID); en != nil {
 		if en.a != a {
-			return reject(action.CodeConflict, "actionId already used with a different payload")
+			return reject(errcode.Conflict, "actionId already used with a different payload")
 		}
 		d.st.duplicates++
 		if en.final != nil {
@@ -381,20 +382,20 @@ func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply 
 		return submitOut{acks: []Ack{{ActionID: e.ActionID, Status: StatusAccepted, ActionRevision: en.rev, PageRevision: pageRev}}}
 	}
 	if e.ControlSeq != gen.lastControl+1 {
-		return reject(action.CodeSeqGap, "controlSeq out of order: expected "+strconv.FormatUint(gen.lastControl+1, 10))
+		return reject(errcode.SeqGap, "controlSeq out of order: expected "+strconv.FormatUint(gen.lastControl+1, 10))
 	}
 	if stalePage(a, pageRev) {
 		if isRelease(a) {
 			gen.held.note(a, true, true) // the hold ended with its page (see finish)
 		}
-		return reject(action.CodeStalePage, "page changed (revision "+strconv.FormatUint(pageRev, 10)+"); observe again")
+		return reject(errcode.StalePage, "page changed (revision "+strconv.FormatUint(pageRev, 10)+"); observe again")
 	}
 	if a.Kind == action.KeyDown && !gen.held.hasKey(keyID(a)) && len(gen.held.keys) >= MaxHeldKeys {
-		return reject(action.CodeNotAllowed, "too many keys held")
+		return reject(errcode.NotAllowed, "too many keys held")
 	}
 	size := a.Size() + len(e.ActionID)
 	if !d.roomLocked(p, size) {
-		return reject(action.CodeQueueFull, "action queue full")
+		return reject(errcode.QueueFull, "action queue full")
 	}
 	// Releases are never charged: refusing a key_up or pointer_up would
 	// leave input held, and each one follows a charged press anyway, so a
@@ -437,7 +438,7 @@ func (d *Dispatcher) submitPointerLocked(p *producer, e Envelope, now time.Time,
 		}
 	}
 	if !d.roomLocked(p, size) {
-		return reject(action.CodeQueueFull, "action queue full")
+		return reject(errcode.QueueFull, "action queue full")
 	}
 	if !a.Coalescable() && !p.take(now, d.cfg.Burst, d.cfg.RatePerSec) {
 		return rateLimited(reject, p, d.cfg.RatePerSec)
@@ -561,7 +562,7 @@ func isRelease(a action.Action) bool { return a.Kind == action.KeyUp || a.Kind =
 
 // rateLimited is the rate_limited refusal, with when the next credit is due.
 func rateLimited(reject func(code, msg string) submitOut, p *producer, rate float64) submitOut {
-	out := reject(action.CodeRateLimited, "rate limited")
+	out := reject(errcode.RateLimited, "rate limited")
 	for i := range out.acks {
 		out.acks[i].RetryAfterMs = int(math.Ceil(p.due(rate).Seconds() * 1000))
 	}

@@ -101,7 +101,7 @@
 // increasing); execution order across producers follows the round-robin.
 //
 // Each action runs under a 30 s deadline. If the executor returns a
-// *action.Error its code is passed through in a rejected ack; any other
+// *errcode.Error its code is passed through in a rejected ack; any other
 // error, a panic, or the deadline means the action may have had an effect:
 // rejected outcome_unknown. An action is never re-run. When the deadline
 // passes the worker waits a short grace (at most 1 s) for the executor to

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // step is one Submit in a fencing scenario.
@@ -29,21 +30,21 @@ func TestFencing(t *testing.T) {
 	}{
 		{"gap then fill", []step{
 			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: action.CodeSeqGap},
+			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: errcode.SeqGap},
 			{ch: 'c', seq: 2, id: "a2", a: keyUp("KeyA"), want: StatusAccepted, runs: true},
 			// (a key_up of a key not held would complete without running)
 			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: StatusAccepted, runs: true},
 		}},
 		{"first seq is 1", []step{
-			{ch: 'c', seq: 0, id: "a0", a: keyDown("KeyA"), want: action.CodeSeqGap},
-			{ch: 'c', seq: 2, id: "a2", a: keyDown("KeyA"), want: action.CodeSeqGap},
+			{ch: 'c', seq: 0, id: "a0", a: keyDown("KeyA"), want: errcode.SeqGap},
+			{ch: 'c', seq: 2, id: "a2", a: keyDown("KeyA"), want: errcode.SeqGap},
 			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
 		}},
 		{"replay of unknown actionId", []step{
 			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
 			{ch: 'c', seq: 2, id: "a2", a: keyUp("KeyA"), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 1, id: "other", a: keyDown("KeyA"), want: action.CodeSeqGap},
-			{ch: 'c', seq: 2, id: "other2", a: keyDown("KeyA"), want: action.CodeSeqGap},
+			{ch: 'c', seq: 1, id: "other", a: keyDown("KeyA"), want: errcode.SeqGap},
+			{ch: 'c', seq: 2, id: "other2", a: keyDown("KeyA"), want: errcode.SeqGap},
 			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: StatusAccepted, runs: true},
 		}},
 		{"duplicate same payload returns ledger result, never re-runs", []step{
@@ -56,28 +57,28 @@ func TestFencing(t *testing.T) {
 		}},
 		{"duplicate different payload is a conflict", []step{
 			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyB"), want: action.CodeConflict},
-			{ch: 'c', seq: 2, id: "a1", a: keyDown("KeyB"), want: action.CodeConflict},
+			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyB"), want: errcode.Conflict},
+			{ch: 'c', seq: 2, id: "a1", a: keyDown("KeyB"), want: errcode.Conflict},
 			{ch: 'c', seq: 2, id: "a2", a: keyDown("KeyB"), want: StatusAccepted, runs: true},
 		}},
 		{"a rejected message does not consume its seq", []step{
-			{ch: 'c', seq: 1, id: "a1", a: ptrDown(2, 0), want: action.CodeInvalidArgument},
-			{ch: 'c', seq: 1, id: "a1", a: action.Action{Kind: action.ReleaseAll}, want: action.CodeNotAllowed},
-			{ch: 'c', seq: 1, id: "", a: keyDown("KeyA"), want: action.CodeInvalidArgument},
-			{ch: 'c', seq: 1, id: long, a: keyDown("KeyA"), want: action.CodeInvalidArgument},
-			{ch: 'c', seq: 1, id: "a1", a: action.Action{Kind: "teleport"}, want: action.CodeUnknownKind},
+			{ch: 'c', seq: 1, id: "a1", a: ptrDown(2, 0), want: errcode.InvalidArgument},
+			{ch: 'c', seq: 1, id: "a1", a: action.Action{Kind: action.ReleaseAll}, want: errcode.NotAllowed},
+			{ch: 'c', seq: 1, id: "", a: keyDown("KeyA"), want: errcode.InvalidArgument},
+			{ch: 'c', seq: 1, id: long, a: keyDown("KeyA"), want: errcode.InvalidArgument},
+			{ch: 'c', seq: 1, id: "a1", a: action.Action{Kind: "teleport"}, want: errcode.UnknownKind},
 			// the rejected actionId was not recorded: it can be used again
 			{ch: 'c', seq: 1, id: "a1", a: ptrDown(0.5, 0.5), want: StatusAccepted, runs: true},
 			{ch: 'c', seq: 2, id: "a2", a: ptrUp(0.5, 0.5), want: StatusAccepted, runs: true},
 		}},
 		{"stale page revision at submit", []step{
-			{page: 5, ch: 'c', seq: 1, id: "a1", a: withPage(ptrDown(0.1, 0.1), 4), want: action.CodeStalePage},
+			{page: 5, ch: 'c', seq: 1, id: "a1", a: withPage(ptrDown(0.1, 0.1), 4), want: errcode.StalePage},
 			{ch: 'c', seq: 1, id: "a1", a: withPage(ptrDown(0.1, 0.1), 5), want: StatusAccepted, runs: true},
 			{ch: 'c', seq: 2, id: "a2", a: ptrUp(0.1, 0.1), want: StatusAccepted, runs: true}, // 0: not given
 			{ch: 'c', seq: 3, id: "a3", a: withPage(keyDown("KeyA"), 1), want: StatusAccepted, runs: true},
 			{ch: 'p', seq: 1, a: withPage(move(0.2, 0.2), 4), want: ""},             // dropped silently
 			{ch: 'p', seq: 2, a: withPage(move(0.3, 0.3), 5), want: "", runs: true}, // accepted, no ack
-			{page: 6, ch: 'c', seq: 4, id: "a4", a: withPage(ptrDown(0.1, 0.1), 5), want: action.CodeStalePage},
+			{page: 6, ch: 'c', seq: 4, id: "a4", a: withPage(ptrDown(0.1, 0.1), 5), want: errcode.StalePage},
 		}},
 		{"pointer reorder: 12 before 11 drops 11", []step{
 			{ch: 'p', seq: 12, a: move(0.12, 0.12), want: "", runs: true},
@@ -100,8 +101,8 @@ func TestFencing(t *testing.T) {
 			{ch: 'p', seq: 2, a: move(0.2, 0.2), want: "", runs: true},
 		}},
 		{"invalid pointer action is acked", []step{
-			{ch: 'p', seq: 1, a: move(-0.1, 0.5), want: action.CodeInvalidArgument},
-			{ch: 'p', seq: 2, a: action.Action{Kind: action.Wheel, X: 0.5, Y: 0.5, DeltaX: 1e9}, want: action.CodeInvalidArgument},
+			{ch: 'p', seq: 1, a: move(-0.1, 0.5), want: errcode.InvalidArgument},
+			{ch: 'p', seq: 2, a: action.Action{Kind: action.Wheel, X: 0.5, Y: 0.5, DeltaX: 1e9}, want: errcode.InvalidArgument},
 			{ch: 'p', seq: 3, a: move(0.5, 0.5), want: "", runs: true},
 		}},
 		{"heartbeat is out of band", []step{
@@ -190,7 +191,7 @@ func TestDuplicateInFlight(t *testing.T) {
 	if got := dup.all(); len(got) != 1 || got[0].Status != StatusAccepted || got[0].ActionRevision != acc.ActionRevision {
 		t.Fatalf("in-flight duplicate acks %+v, want the accepted ack", got)
 	}
-	if got := first(t, h.ctl(p, 2, "a1", nav("https://other.test/"))); got.Code != action.CodeConflict {
+	if got := first(t, h.ctl(p, 2, "a1", nav("https://other.test/"))); got.Code != errcode.Conflict {
 		t.Fatalf("different payload: %+v, want conflict", got)
 	}
 	unblock()
@@ -206,7 +207,7 @@ func TestDuplicateInFlight(t *testing.T) {
 	if n := len(h.ex.snapshot()); n != 1 {
 		t.Fatalf("executor called %d times, want 1", n)
 	}
-	if st := h.d.Stats(); st.Duplicates != 2 || st.Rejected[action.CodeConflict] != 1 {
+	if st := h.d.Stats(); st.Duplicates != 2 || st.Rejected[errcode.Conflict] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -229,7 +230,7 @@ func TestStalePageAtExecution(t *testing.T) {
 	h.ex.page.Store(6) // the navigation landed
 	unblock()
 	h.idle()
-	if got := final(t, down); got.Code != action.CodeStalePage || got.PageRevision != 6 {
+	if got := final(t, down); got.Code != errcode.StalePage || got.PageRevision != 6 {
 		t.Fatalf("pointer_down final %+v, want stale_page at revision 6", got)
 	}
 	if got := final(t, key); got.Status != StatusCompleted {
@@ -240,7 +241,7 @@ func TestStalePageAtExecution(t *testing.T) {
 		t.Fatalf("executor calls %+v, want navigate and key_down only", calls)
 	}
 	st := h.d.Stats()
-	if st.DroppedStalePage != 1 || st.Rejected[action.CodeStalePage] != 1 {
+	if st.DroppedStalePage != 1 || st.Rejected[errcode.StalePage] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	// The stale pointer_down consumed its seq: it was accepted.
@@ -248,7 +249,7 @@ func TestStalePageAtExecution(t *testing.T) {
 		t.Fatalf("next seq %+v", got)
 	}
 	// A stale action is answered from the ledger like any other.
-	if got := first(t, h.ctl(p, 2, "a2", withPage(ptrDown(0.5, 0.5), 5))); got.Code != action.CodeStalePage {
+	if got := first(t, h.ctl(p, 2, "a2", withPage(ptrDown(0.5, 0.5), 5))); got.Code != errcode.StalePage {
 		t.Fatalf("duplicate of stale action %+v", got)
 	}
 }
@@ -275,13 +276,13 @@ func TestGenerations(t *testing.T) {
 		e    Envelope
 		want string
 	}{
-		{"old generation control", Envelope{ProducerID: g1.ID, ProducerGeneration: 1, ControlSeq: 2, ActionID: "a2", Action: keyUp("KeyA")}, action.CodeStaleGeneration},
-		{"old generation pointer", Envelope{ProducerID: g1.ID, ProducerGeneration: 1, PointerSeq: 1, Action: move(0.5, 0.5)}, action.CodeStaleGeneration},
-		{"future generation", Envelope{ProducerID: g1.ID, ProducerGeneration: 3, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, action.CodeStaleGeneration},
-		{"generation zero", Envelope{ProducerID: g1.ID, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, action.CodeStaleGeneration},
-		{"unknown producer", Envelope{ProducerID: "nobody", ProducerGeneration: 1, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, action.CodeUnknownProducer},
-		{"empty producer", Envelope{ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, action.CodeUnknownProducer},
-		{"old generation heartbeat", Envelope{ProducerID: g1.ID, ProducerGeneration: 1, Action: action.Action{Kind: action.Heartbeat}}, action.CodeStaleGeneration},
+		{"old generation control", Envelope{ProducerID: g1.ID, ProducerGeneration: 1, ControlSeq: 2, ActionID: "a2", Action: keyUp("KeyA")}, errcode.StaleGeneration},
+		{"old generation pointer", Envelope{ProducerID: g1.ID, ProducerGeneration: 1, PointerSeq: 1, Action: move(0.5, 0.5)}, errcode.StaleGeneration},
+		{"future generation", Envelope{ProducerID: g1.ID, ProducerGeneration: 3, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.StaleGeneration},
+		{"generation zero", Envelope{ProducerID: g1.ID, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.StaleGeneration},
+		{"unknown producer", Envelope{ProducerID: "nobody", ProducerGeneration: 1, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.UnknownProducer},
+		{"empty producer", Envelope{ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.UnknownProducer},
+		{"old generation heartbeat", Envelope{ProducerID: g1.ID, ProducerGeneration: 1, Action: action.Action{Kind: action.Heartbeat}}, errcode.StaleGeneration},
 		// new generation: fresh sequence spaces and a fresh ledger
 		{"new generation starts at 1", Envelope{ProducerID: g1.ID, ProducerGeneration: 2, ControlSeq: 1, ActionID: "a1", Action: keyDown("KeyB")}, StatusAccepted},
 		{"new generation pointer starts fresh", Envelope{ProducerID: g1.ID, ProducerGeneration: 2, PointerSeq: 1, Action: action.Action{Kind: action.Wheel, X: 0.5, Y: 0.5, DeltaY: 5}}, ""},
@@ -303,28 +304,28 @@ func TestGenerations(t *testing.T) {
 		t.Fatalf("renew: %+v %v", g3, err)
 	}
 	for _, gen := range []uint64{1, 2} {
-		if got := first(t, h.submit(Envelope{ProducerID: g1.ID, ProducerGeneration: gen, ControlSeq: 2, ActionID: "z", Action: keyUp("KeyB")})); got.Code != action.CodeStaleGeneration {
+		if got := first(t, h.submit(Envelope{ProducerID: g1.ID, ProducerGeneration: gen, ControlSeq: 2, ActionID: "z", Action: keyUp("KeyB")})); got.Code != errcode.StaleGeneration {
 			t.Fatalf("gen %d after renew: %+v", gen, got)
 		}
 	}
 	h.d.End(g1.ID)
 	h.d.End(g1.ID) // idempotent
 	for _, gen := range []uint64{1, 2, 3, 4} {
-		if got := first(t, h.submit(Envelope{ProducerID: g1.ID, ProducerGeneration: gen, ControlSeq: 1, ActionID: "z", Action: keyUp("KeyB")})); got.Code != action.CodeStaleGeneration {
+		if got := first(t, h.submit(Envelope{ProducerID: g1.ID, ProducerGeneration: gen, ControlSeq: 1, ActionID: "z", Action: keyUp("KeyB")})); got.Code != errcode.StaleGeneration {
 			t.Fatalf("gen %d after end: %+v", gen, got)
 		}
 	}
-	if _, err := h.d.Renew(g1.ID); !hasCode(err, action.CodeStaleGeneration) {
+	if _, err := h.d.Renew(g1.ID); !hasCode(err, errcode.StaleGeneration) {
 		t.Fatalf("renew of ended producer: %v", err)
 	}
-	if _, err := h.d.Renew("nobody"); !hasCode(err, action.CodeUnknownProducer) {
+	if _, err := h.d.Renew("nobody"); !hasCode(err, errcode.UnknownProducer) {
 		t.Fatalf("renew of unknown producer: %v", err)
 	}
 	h.d.End("nobody") // ignored
 }
 
 func hasCode(err error, code string) bool {
-	ae, ok := err.(*action.Error)
+	ae, ok := err.(*errcode.Error)
 	return ok && ae.Code == code
 }
 

@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 var validateCodes = map[string]bool{
-	action.CodeUnknownKind: true, action.CodeNotAllowed: true,
-	action.CodeInvalidArgument: true, action.CodeTooLarge: true,
+	errcode.UnknownKind: true, errcode.NotAllowed: true,
+	errcode.InvalidArgument: true, errcode.TooLarge: true,
 }
 
 // oracleValid restates Validate's rules independently, field by field.
@@ -114,9 +115,9 @@ func FuzzValidate(f *testing.F) {
 		if err == nil {
 			return
 		}
-		var ae *action.Error
+		var ae *errcode.Error
 		if !errors.As(err, &ae) || !validateCodes[ae.Code] || ae.Message == "" {
-			t.Fatalf("Validate(%+v) = %#v: want an *action.Error with a stable code", a, err)
+			t.Fatalf("Validate(%+v) = %#v: want an *errcode.Error with a stable code", a, err)
 		}
 		if len(text) >= 32 && strings.Contains(ae.Message, text) {
 			t.Fatalf("message echoes the text: %q", ae.Message)
@@ -174,7 +175,7 @@ func (x *fuzzExec) Execute(ctx context.Context, _ string, a action.Action) (acti
 	}
 	switch {
 	case strings.HasPrefix(a.Text, "E") && a.Kind == action.TextInsert:
-		return action.Result{}, action.Errorf(action.CodeNotAllowed, "refused")
+		return action.Result{}, errcode.Newf(errcode.NotAllowed, "refused")
 	case strings.HasPrefix(a.Text, "U") && a.Kind == action.TextInsert:
 		return action.Result{}, errors.New("lost")
 	case (strings.HasPrefix(a.Text, "S") && a.Kind == action.TextInsert) || (a.URL == "S" && a.Kind == action.Navigate):
@@ -187,11 +188,11 @@ func (x *fuzzExec) Execute(ctx context.Context, _ string, a action.Action) (acti
 func (x *fuzzExec) PageRevision() uint64 { return x.page.Load() }
 
 var ackCodes = map[string]bool{
-	action.CodeInvalidArgument: true, action.CodeUnknownKind: true, action.CodeTooLarge: true,
-	action.CodeSeqGap: true, action.CodeConflict: true, action.CodeStalePage: true,
-	action.CodeStaleGeneration: true, action.CodeUnknownProducer: true, action.CodeQueueFull: true,
-	action.CodeRateLimited: true, action.CodeOutcomeUnknown: true, action.CodeNotAllowed: true,
-	action.CodeClosed: true,
+	errcode.InvalidArgument: true, errcode.UnknownKind: true, errcode.TooLarge: true,
+	errcode.SeqGap: true, errcode.Conflict: true, errcode.StalePage: true,
+	errcode.StaleGeneration: true, errcode.UnknownProducer: true, errcode.QueueFull: true,
+	errcode.RateLimited: true, errcode.OutcomeUnknown: true, errcode.NotAllowed: true,
+	errcode.SessionClosed: true,
 }
 
 // runOps drives one dispatcher with the operations encoded in data and
@@ -279,7 +280,7 @@ func runOps(t *testing.T, data []byte) {
 			default:
 				if np, err := d.Renew(st.p.ID); err == nil {
 					st.p, st.seq, st.ptr = np, 1, 1
-				} else if !hasCode(err, action.CodeStaleGeneration) {
+				} else if !hasCode(err, errcode.StaleGeneration) {
 					t.Fatalf("renew: %v", err)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // releasesOf returns the synthesized releases among calls (after index from).
@@ -78,7 +79,7 @@ func TestHeldReleasedOnEndAndRenew(t *testing.T) {
 				}
 			}
 			for _, s := range append(queued, wheel) {
-				if got := s.all(); len(got) == 0 || got[len(got)-1].Code != action.CodeStaleGeneration {
+				if got := s.all(); len(got) == 0 || got[len(got)-1].Code != errcode.StaleGeneration {
 					t.Fatalf("dropped action acks %+v, want stale_generation", got)
 				}
 			}
@@ -160,11 +161,11 @@ func TestHeldTrackingOnFailures(t *testing.T) {
 		sendUp   bool
 		released bool // whether End releases the key
 	}{
-		{"refused down is not held", action.Errorf(action.CodeShortcutBlocked, "blocked"), nil, false, false},
+		{"refused down is not held", errcode.Newf(errcode.ShortcutBlocked, "blocked"), nil, false, false},
 		{"unknown down is held", errors.New("cdp: connection reset"), nil, false, true},
 		{"completed down is held", nil, nil, false, true},
 		{"completed up clears", nil, nil, true, false},
-		{"refused up keeps it held", nil, action.Errorf(action.CodeFailed, "no"), true, true},
+		{"refused up keeps it held", nil, errcode.Newf(errcode.Failed, "no"), true, true},
 		{"unknown up keeps it held", nil, errors.New("cdp: timeout"), true, true},
 	}
 	for _, c := range cases {
@@ -266,7 +267,7 @@ func TestTooManyHeldKeys(t *testing.T) {
 		h.ctl(p, uint64(i+1), fmt.Sprint(i), keyDown(fmt.Sprint("K", i)))
 	}
 	h.idle()
-	if got := first(t, h.ctl(p, MaxHeldKeys+1, "x", keyDown("Extra"))); got.Code != action.CodeNotAllowed {
+	if got := first(t, h.ctl(p, MaxHeldKeys+1, "x", keyDown("Extra"))); got.Code != errcode.NotAllowed {
 		t.Fatalf("%+v", got)
 	}
 	// Pressing a held key again (auto-repeat) is fine.
@@ -294,7 +295,7 @@ func TestReplyReentrancy(t *testing.T) {
 		}
 	})
 	got := s.all()
-	if len(got) != 2 || got[0].Status != StatusAccepted || got[1].Code != action.CodeStaleGeneration {
+	if len(got) != 2 || got[0].Status != StatusAccepted || got[1].Code != errcode.StaleGeneration {
 		t.Fatalf("acks %+v, want accepted then stale_generation, both before Submit returned", got)
 	}
 	unblock()
@@ -339,7 +340,7 @@ func TestStaleReleaseEndsTheHold(t *testing.T) {
 	}
 	h.ex.page.Store(6) // the tab switched
 	up := action.Action{Kind: action.PointerUp, X: 0.5, Y: 0.5, Button: "left", PageRevision: 5}
-	if got := first(t, h.ctl(p, 2, "u1", up)); got.Code != action.CodeStalePage {
+	if got := first(t, h.ctl(p, 2, "u1", up)); got.Code != errcode.StalePage {
 		t.Fatalf("stale pointer_up: %+v, want stale_page", got)
 	}
 	if st := h.d.Stats(); st.Held != 0 {
@@ -358,7 +359,7 @@ func TestStaleReleaseEndsTheHold(t *testing.T) {
 	h.ex.page.Store(7)
 	unblock()
 	h.idle()
-	if got := final(t, queued); got.Code != action.CodeStalePage {
+	if got := final(t, queued); got.Code != errcode.StalePage {
 		t.Fatalf("queued stale pointer_up: %+v, want stale_page", got)
 	}
 	if st := h.d.Stats(); st.Held != 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // release is one synthesized key_up or pointer_up.
@@ -129,7 +130,7 @@ func (d *Dispatcher) runItem(it *item) {
 	a := it.env.Action
 	// The page may have changed while the action waited.
 	if pr := d.ex.PageRevision(); stalePage(a, pr) {
-		d.finish(it, action.Result{}, action.Errorf(action.CodeStalePage, "page changed (revision %d); observe again", pr), true)
+		d.finish(it, action.Result{}, errcode.Newf(errcode.StalePage, "page changed (revision %d); observe again", pr), true)
 		return
 	}
 	d.mu.Lock()
@@ -158,7 +159,7 @@ func (d *Dispatcher) finish(it *item, res action.Result, err error, stale bool) 
 		pageRev = d.ex.PageRevision()
 	}
 	ack := Ack{ActionID: it.env.ActionID, ActionRevision: it.rev, PageRevision: pageRev}
-	var ae *action.Error
+	var ae *errcode.Error
 	mayHave, surely := false, false
 	switch {
 	case err == nil:
@@ -169,11 +170,11 @@ func (d *Dispatcher) finish(it *item, res action.Result, err error, stale bool) 
 	case errors.As(err, &ae):
 		ack.Status, ack.Code, ack.Message = StatusRejected, ae.Code, ae.Message
 		if ack.Code == "" {
-			ack.Code = action.CodeFailed
+			ack.Code = errcode.Failed
 		}
 	default:
 		// The action may have had its effect: say so, never re-run it.
-		ack.Status, ack.Code = StatusRejected, action.CodeOutcomeUnknown
+		ack.Status, ack.Code = StatusRejected, errcode.OutcomeUnknown
 		ack.Message = "the action may have taken effect; it is not re-run"
 		mayHave = true
 		d.log.Warn("dispatch: action outcome unknown", "kind", it.env.Action.Kind, "err", err)
@@ -296,7 +297,7 @@ func (d *Dispatcher) exec(parent context.Context, producerID string, a action.Ac
 	defer grace.Stop()
 	select {
 	case r := <-out:
-		var ae *action.Error
+		var ae *errcode.Error
 		if r.err == nil || errors.As(r.err, &ae) {
 			return r.res, r.err // the executor knows what happened
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 func TestQueueBounds(t *testing.T) {
@@ -25,10 +26,10 @@ func TestQueueBounds(t *testing.T) {
 				t.Fatalf("action %d: %+v", i, got)
 			}
 		}
-		if got := first(t, h.ctl(p, DefaultProducerQueue+2, "over", text("x"))); got.Code != action.CodeQueueFull {
+		if got := first(t, h.ctl(p, DefaultProducerQueue+2, "over", text("x"))); got.Code != errcode.QueueFull {
 			t.Fatalf("33rd queued: %+v", got)
 		}
-		if got := first(t, h.ptr(p, 1, move(0.5, 0.5))); got.Code != action.CodeQueueFull {
+		if got := first(t, h.ptr(p, 1, move(0.5, 0.5))); got.Code != errcode.QueueFull {
 			t.Fatalf("pointer move over the bound: %+v", got)
 		}
 		st := h.d.Stats()
@@ -56,7 +57,7 @@ func TestQueueBounds(t *testing.T) {
 				}
 			}
 		}
-		if got := first(t, h.ctl(runner, 2, "over", text("x"))); got.Code != action.CodeQueueFull {
+		if got := first(t, h.ctl(runner, 2, "over", text("x"))); got.Code != errcode.QueueFull {
 			t.Fatalf("129th queued: %+v", got)
 		}
 		if st := h.d.Stats(); st.Queued != DefaultSessionQueue {
@@ -78,7 +79,7 @@ func TestQueueBounds(t *testing.T) {
 				t.Fatalf("big %d: %+v", i, got)
 			}
 		}
-		if got := first(t, h.ctl(p, uint64(fit+2), "over", big)); got.Code != action.CodeQueueFull {
+		if got := first(t, h.ctl(p, uint64(fit+2), "over", big)); got.Code != errcode.QueueFull {
 			t.Fatalf("over the byte bound: %+v", got)
 		}
 		if st := h.d.Stats(); st.QueuedBytes != fit*per || st.QueuedBytes > DefaultSessionBytes {
@@ -95,7 +96,7 @@ func TestQueueBounds(t *testing.T) {
 		if got := first(t, h.ctl(p, 2, "huge", text(strings.Repeat("a", MaxTextBytes)))); got.Status != StatusAccepted {
 			t.Fatalf("1 MiB text into an empty queue: %+v", got)
 		}
-		if got := first(t, h.ctl(p, 3, "small", text("a"))); got.Code != action.CodeQueueFull {
+		if got := first(t, h.ctl(p, 3, "small", text("a"))); got.Code != errcode.QueueFull {
 			t.Fatalf("behind 1 MiB: %+v", got)
 		}
 	})
@@ -117,7 +118,7 @@ func TestRateLimit(t *testing.T) {
 			}
 			seq++
 		}
-		if got := send(); got.Code != action.CodeRateLimited {
+		if got := send(); got.Code != errcode.RateLimited {
 			t.Fatalf("action %d: %+v, want rate_limited", n+1, got)
 		}
 	}
@@ -128,7 +129,7 @@ func TestRateLimit(t *testing.T) {
 		t.Fatalf("retryAfterMs %d on an empty bucket, want 125", got.RetryAfterMs)
 	}
 	h.clock.Advance(100 * time.Millisecond)
-	if got := send(); got.Code != action.CodeRateLimited || got.RetryAfterMs != 25 {
+	if got := send(); got.Code != errcode.RateLimited || got.RetryAfterMs != 25 {
 		t.Fatalf("100 ms later: %+v, want rate_limited with retryAfterMs 25", got)
 	}
 	h.clock.Advance(25 * time.Millisecond)
@@ -144,7 +145,7 @@ func TestRateLimit(t *testing.T) {
 	if got := h.submit(Envelope{ProducerID: p.ID, ProducerGeneration: 1, Action: action.Action{Kind: action.Heartbeat}}).all(); len(got) != 2 {
 		t.Fatalf("heartbeat %+v", got)
 	}
-	if got := first(t, h.ptr(p, 101, action.Action{Kind: action.Wheel, X: 0.5, Y: 0.5, DeltaY: 1})); got.Code != action.CodeRateLimited {
+	if got := first(t, h.ptr(p, 101, action.Action{Kind: action.Wheel, X: 0.5, Y: 0.5, DeltaY: 1})); got.Code != errcode.RateLimited {
 		t.Fatalf("wheel: %+v", got)
 	}
 	// A reconnect does not refill the bucket.
@@ -153,7 +154,7 @@ func TestRateLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq = 0
-	if got := send(); got.Code != action.CodeRateLimited {
+	if got := send(); got.Code != errcode.RateLimited {
 		t.Fatalf("after renew: %+v", got)
 	}
 	// Releases are never charged: with the bucket empty, a key_up and a
@@ -167,8 +168,8 @@ func TestRateLimit(t *testing.T) {
 	// Refill stops at the burst.
 	h.clock.Advance(time.Hour)
 	accept(16)
-	if st := h.d.Stats(); st.Rejected[action.CodeRateLimited] != 8 {
-		t.Fatalf("rate_limited count %d", st.Rejected[action.CodeRateLimited])
+	if st := h.d.Stats(); st.Rejected[errcode.RateLimited] != 8 {
+		t.Fatalf("rate_limited count %d", st.Rejected[errcode.RateLimited])
 	}
 }
 
@@ -219,16 +220,16 @@ func TestDeadline(t *testing.T) {
 			return action.Result{}, ctx.Err()
 		case "https://refuse-late.test/": // knows nothing happened
 			<-ctx.Done()
-			return action.Result{}, action.Errorf(action.CodeTimeout, "navigation did not start")
+			return action.Result{}, errcode.Newf(errcode.Timeout, "navigation did not start")
 		}
 		return action.Result{}, nil
 	})
 	cases := []struct {
 		url, want string
 	}{
-		{"https://hang.test/", action.CodeOutcomeUnknown},
-		{"https://slow.test/", action.CodeOutcomeUnknown},
-		{"https://refuse-late.test/", action.CodeTimeout},
+		{"https://hang.test/", errcode.OutcomeUnknown},
+		{"https://slow.test/", errcode.OutcomeUnknown},
+		{"https://refuse-late.test/", errcode.Timeout},
 	}
 	for i, c := range cases {
 		s := h.ctl(p, uint64(2*i+1), c.url, nav(c.url))
@@ -254,7 +255,7 @@ func TestDeadline(t *testing.T) {
 			t.Fatalf("%s executed %d times", c.url, runs[c.url])
 		}
 	}
-	if st := h.d.Stats(); st.AbandonedExecs != 1 || st.Rejected[action.CodeOutcomeUnknown] != 2 {
+	if st := h.d.Stats(); st.AbandonedExecs != 1 || st.Rejected[errcode.OutcomeUnknown] != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -268,17 +269,17 @@ func TestExecutorOutcomes(t *testing.T) {
 		{"completed with result", func() (action.Result, error) { return action.Result{Text: "clip", PageRevision: 9}, nil },
 			Ack{Status: StatusCompleted, PageRevision: 9, Result: &action.Result{Text: "clip", PageRevision: 9}}},
 		{"refusal code passes through", func() (action.Result, error) {
-			return action.Result{}, action.Errorf(action.CodeNavigationBlocked, "blocked by policy")
-		}, Ack{Status: StatusRejected, Code: action.CodeNavigationBlocked, Message: "blocked by policy", PageRevision: 3}},
+			return action.Result{}, errcode.Newf(errcode.NavigationBlocked, "blocked by policy")
+		}, Ack{Status: StatusRejected, Code: errcode.NavigationBlocked, Message: "blocked by policy", PageRevision: 3}},
 		{"wrapped refusal", func() (action.Result, error) {
-			return action.Result{}, fmt.Errorf("navigate: %w", action.Errorf(action.CodeNoDialog, "no dialog"))
-		}, Ack{Status: StatusRejected, Code: action.CodeNoDialog, Message: "no dialog", PageRevision: 3}},
-		{"refusal without code", func() (action.Result, error) { return action.Result{}, &action.Error{Message: "?"} },
-			Ack{Status: StatusRejected, Code: action.CodeFailed, Message: "?", PageRevision: 3}},
+			return action.Result{}, fmt.Errorf("navigate: %w", errcode.Newf(errcode.NoDialog, "no dialog"))
+		}, Ack{Status: StatusRejected, Code: errcode.NoDialog, Message: "no dialog", PageRevision: 3}},
+		{"refusal without code", func() (action.Result, error) { return action.Result{}, &errcode.Error{Message: "?"} },
+			Ack{Status: StatusRejected, Code: errcode.Failed, Message: "?", PageRevision: 3}},
 		{"other error", func() (action.Result, error) { return action.Result{}, errors.New("cdp: websocket closed") },
-			Ack{Status: StatusRejected, Code: action.CodeOutcomeUnknown, Message: "the action may have taken effect; it is not re-run", PageRevision: 3}},
+			Ack{Status: StatusRejected, Code: errcode.OutcomeUnknown, Message: "the action may have taken effect; it is not re-run", PageRevision: 3}},
 		{"panic", func() (action.Result, error) { panic("executor bug") },
-			Ack{Status: StatusRejected, Code: action.CodeOutcomeUnknown, Message: "the action may have taken effect; it is not re-run", PageRevision: 3}},
+			Ack{Status: StatusRejected, Code: errcode.OutcomeUnknown, Message: "the action may have taken effect; it is not re-run", PageRevision: 3}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -363,11 +364,11 @@ func TestClose(t *testing.T) {
 		go func() { defer wg.Done(); h.d.Close() }()
 	}
 	wg.Wait()
-	if got := final(t, running); got.Code != action.CodeOutcomeUnknown {
+	if got := final(t, running); got.Code != errcode.OutcomeUnknown {
 		t.Fatalf("the running action: %+v", got)
 	}
 	for _, s := range queued {
-		if got := final(t, s); got.Code != action.CodeClosed {
+		if got := final(t, s); got.Code != errcode.SessionClosed {
 			t.Fatalf("queued: %+v", got)
 		}
 	}
@@ -375,14 +376,14 @@ func TestClose(t *testing.T) {
 	if last := calls[len(calls)-1].a; last.Kind != action.KeyUp || last.Code != "ShiftLeft" {
 		t.Fatalf("held key not released on close: %+v", calls)
 	}
-	if got := first(t, h.ctl(p, 5, "after", text("c"))); got.Code != action.CodeClosed {
+	if got := first(t, h.ctl(p, 5, "after", text("c"))); got.Code != errcode.SessionClosed {
 		t.Fatalf("after close: %+v", got)
 	}
 	late := h.d.Grant(KindHuman, "late")
-	if got := first(t, h.ctl(late, 1, "x", text("c"))); got.Code != action.CodeClosed {
+	if got := first(t, h.ctl(late, 1, "x", text("c"))); got.Code != errcode.SessionClosed {
 		t.Fatalf("grant after close: %+v", got)
 	}
-	if _, err := h.d.Renew(p.ID); !hasCode(err, action.CodeClosed) {
+	if _, err := h.d.Renew(p.ID); !hasCode(err, errcode.SessionClosed) {
 		t.Fatalf("renew after close: %v", err)
 	}
 	h.d.End(p.ID)
@@ -530,7 +531,7 @@ func TestClickActionWaitsForGesture(t *testing.T) {
 	h.ctl(bot, 2, "b-click", click)
 	h.ctl(person, 2, "p-up", personUp)
 	// The bot's budget (2) went on the navigation and the click.
-	if k := first(t, h.ctl(bot, 3, "b-click-2", click)); k.Code != action.CodeRateLimited {
+	if k := first(t, h.ctl(bot, 3, "b-click-2", click)); k.Code != errcode.RateLimited {
 		t.Fatalf("third charged action: %+v, want rate_limited", k)
 	}
 	unblock()

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/access"
-	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/audit"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/signaling"
 )
@@ -26,8 +26,7 @@ func (a *api) tokensOn(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if a.o.Auth.Tokens == nil {
-		writeError(w, http.StatusConflict, APIError{Code: CodeAuthDisabled, Message: "API tokens need authentication, and auth.mode is none",
-			Hint: "set auth.mode: local to use tokens"})
+		writeError(w, errcode.New(errcode.AuthDisabled, "API tokens need authentication, and auth.mode is none").WithHint("set auth.mode: local to use tokens"))
 		return false
 	}
 	return true
@@ -61,24 +60,24 @@ func (a *api) createToken(w http.ResponseWriter, r *http.Request) {
 		req.User = principal(r).User
 	}
 	if !userName.MatchString(req.User) {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "user: want 1..64 of A-Z a-z 0-9 . _ @ -"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "user: want 1..64 of A-Z a-z 0-9 . _ @ -"))
 		return
 	}
 	if !a.o.Auth.Guard.HasUser(req.User) {
 		// A token acts as a user: one for nobody would not work.
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "user: no such user", Hint: "add the user first (`tabcast users add`)"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "user: no such user").WithHint("add the user first (`tabcast users add`)"))
 		return
 	}
 	role, ok := access.ParseRole(req.Role)
 	if !ok {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "role: want admin, operator or viewer"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "role: want admin, operator or viewer"))
 		return
 	}
 	var ttl time.Duration
 	if req.TTL != "" {
 		d, err := time.ParseDuration(req.TTL)
 		if err != nil || d < time.Minute || d > 5*365*24*time.Hour {
-			writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: `ttl: a duration from "1m" to "43800h", or "" for none`})
+			writeError(w, errcode.New(errcode.InvalidArgument, `ttl: a duration from "1m" to "43800h", or "" for none`))
 			return
 		}
 		ttl = d
@@ -88,7 +87,7 @@ func (a *api) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	secret, info, err := a.o.Auth.Tokens.Create(req.Name, req.User, role, req.Scopes, ttl)
 	if err != nil {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: err.Error()})
+		writeError(w, errcode.New(errcode.InvalidArgument, err.Error()))
 		return
 	}
 	a.audit(r, audit.Record{Action: "token.create", Outcome: audit.OK, Detail: "token " + info.ID + " for " + info.User + " (" + string(info.Role) + ")"})
@@ -106,7 +105,7 @@ func (a *api) revokeToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such token"})
+		writeError(w, errcode.New(errcode.NotFound, "no such token").WithRecoverable(false))
 		return
 	}
 	// What the token opened (viewers, agent calls) ends before the answer.
@@ -123,7 +122,7 @@ func (a *api) auditLog(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 500 {
-			writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "limit: want 1..500"})
+			writeError(w, errcode.New(errcode.InvalidArgument, "limit: want 1..500"))
 			return
 		}
 	}
@@ -148,11 +147,11 @@ func (a *api) invite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !userName.MatchString(req.User) {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "user: want 1..64 of A-Z a-z 0-9 . _ @ -"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "user: want 1..64 of A-Z a-z 0-9 . _ @ -"))
 		return
 	}
 	if !s.Invite(req.User) {
-		writeError(w, http.StatusConflict, APIError{Code: CodeCapacityExceeded, Message: "too many invitations on this session", Recoverable: true})
+		writeErrorStatus(w, http.StatusConflict, errcode.New(errcode.CapacityExceeded, "too many invitations on this session"))
 		return
 	}
 	a.audit(r, audit.Record{Action: "session.invite", Session: audit.HashSession(s.ID()), Outcome: audit.OK, Detail: "viewer " + req.User})
@@ -191,16 +190,16 @@ func (a *api) control(w http.ResponseWriter, r *http.Request) {
 	case "take":
 		if err := s.TakeControl(p.User); err != nil {
 			if errors.Is(err, session.ErrHumanInControl) {
-				writeError(w, http.StatusConflict, APIError{Code: agent.CodeHumanInControl, Message: "another person holds control", Recoverable: true})
+				writeError(w, errcode.New(errcode.HumanInControl, "another person holds control"))
 				return
 			}
-			writeError(w, http.StatusConflict, APIError{Code: CodeConflict, Message: "this session's control policy is shared: everyone acts at once", Hint: "create the session with \"control\": \"exclusive\""})
+			writeError(w, errcode.New(errcode.Conflict, "this session's control policy is shared: everyone acts at once").WithHint("create the session with \"control\": \"exclusive\"").WithRecoverable(false))
 			return
 		}
 	case "release":
 		s.ReleaseControl(p.User, p.Role == access.RoleAdmin)
 	default:
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "action: take or release"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "action: take or release"))
 		return
 	}
 	a.audit(r, audit.Record{Action: "session.control." + req.Action, Session: audit.HashSession(s.ID()), Outcome: audit.OK})
@@ -214,7 +213,7 @@ func (a *api) humanDone(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.HumanDone(r.PathValue("rid"), principal(r).User) {
-		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such request (already answered or given up)"})
+		writeError(w, errcode.New(errcode.NotFound, "no such request (already answered or given up)").WithRecoverable(false))
 		return
 	}
 	a.audit(r, audit.Record{Action: "session.human_done", Session: audit.HashSession(s.ID()), Outcome: audit.OK})
@@ -231,7 +230,7 @@ func (a *api) thumbnail(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	img, at, err := s.Thumbnail(ctx)
 	if err != nil {
-		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no picture yet", Recoverable: true})
+		writeError(w, errcode.New(errcode.NotFound, "no picture yet"))
 		return
 	}
 	w.Header().Set("Content-Type", "image/jpeg")
@@ -262,7 +261,7 @@ func (a *api) download(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := s.OpenDownload(r.PathValue("name"))
 	if err != nil {
-		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such download", Hint: "list them with GET /api/v1/sessions/{id}/downloads"})
+		writeError(w, errcode.New(errcode.NotFound, "no such download").WithHint("list them with GET /api/v1/sessions/{id}/downloads").WithRecoverable(false))
 		return
 	}
 	defer f.Close()

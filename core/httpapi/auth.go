@@ -13,26 +13,8 @@ import (
 
 	"github.com/tabcast/tabcast/core/access"
 	"github.com/tabcast/tabcast/core/audit"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/plugins/auth"
-)
-
-// Codes of refused authentication and authorization.
-const (
-	CodePermissionDenied       = "permission_denied" // 401: who are you?
-	CodeForbidden              = "forbidden"         // 403: you may not
-	CodeInvalidCredentials     = "invalid_credentials"
-	CodeRateLimited            = "rate_limited"
-	CodeCSRF                   = "csrf_failed"
-	CodeOriginDenied           = "origin_denied"
-	CodePasswordChangeRequired = "password_change_required"
-	CodeWeakPassword           = "weak_password"
-	CodeAuthUnavailable        = "auth_unavailable"
-	// CodeHostDenied: with auth.mode none, a request that names a host
-	// other than the loopback one it serves (DNS rebinding).
-	CodeHostDenied = "host_denied"
-	// CodeAuthDisabled: the call needs authentication, which auth.mode
-	// none turned off (tokens).
-	CodeAuthDisabled = "auth_disabled"
 )
 
 // CookieName is the panel's login cookie.
@@ -90,7 +72,7 @@ func (a *api) authenticate(w http.ResponseWriter, r *http.Request) (access.Princ
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok {
-			writeError(w, http.StatusUnauthorized, APIError{Code: CodePermissionDenied, Message: "Authorization must be a Bearer token"})
+			writeError(w, errcode.New(errcode.PermissionDenied, "Authorization must be a Bearer token"))
 			return access.Principal{}, false
 		}
 		p, err := o.Tokens.Verify(strings.TrimSpace(tok))
@@ -103,14 +85,14 @@ func (a *api) authenticate(w http.ResponseWriter, r *http.Request) (access.Princ
 			if errors.Is(err, access.ErrTokenExpired) {
 				msg = "token expired"
 			}
-			writeError(w, http.StatusUnauthorized, APIError{Code: CodePermissionDenied, Message: msg, Hint: "create a token in the panel or with `tabcast tokens create`"})
+			writeError(w, errcode.New(errcode.PermissionDenied, msg).WithHint("create a token in the panel or with `tabcast tokens create`"))
 			return access.Principal{}, false
 		}
 		return p, true
 	}
 	c, err := r.Cookie(CookieName)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, APIError{Code: CodePermissionDenied, Message: "log in first", Hint: "POST /api/v1/auth/login or send a Bearer token"})
+		writeError(w, errcode.New(errcode.PermissionDenied, "log in first").WithHint("POST /api/v1/auth/login or send a Bearer token"))
 		return access.Principal{}, false
 	}
 	p, ok := o.Logins.Lookup(c.Value)
@@ -121,19 +103,19 @@ func (a *api) authenticate(w http.ResponseWriter, r *http.Request) (access.Princ
 	}
 	if !ok {
 		clearCookie(w, o.Secure)
-		writeError(w, http.StatusUnauthorized, APIError{Code: CodePermissionDenied, Message: "the login expired or is not valid", Hint: "log in again"})
+		writeError(w, errcode.New(errcode.PermissionDenied, "the login expired or is not valid").WithHint("log in again"))
 		return access.Principal{}, false
 	}
 	// A cookie rides along with any request the browser makes: state changes
 	// must prove they come from the panel itself.
 	if !sameOrigin(r) {
-		writeError(w, http.StatusForbidden, APIError{Code: CodeOriginDenied, Message: "request from another origin"})
+		writeError(w, errcode.New(errcode.OriginDenied, "request from another origin"))
 		return access.Principal{}, false
 	}
 	if unsafeMethod(r.Method) {
 		got := r.Header.Get("X-CSRF-Token")
 		if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(p.CSRF)) != 1 {
-			writeError(w, http.StatusForbidden, APIError{Code: CodeCSRF, Message: "missing or wrong X-CSRF-Token", Hint: "read it from GET /api/v1/auth/me"})
+			writeError(w, errcode.New(errcode.CSRF, "missing or wrong X-CSRF-Token").WithHint("read it from GET /api/v1/auth/me"))
 			return access.Principal{}, false
 		}
 	}
@@ -194,12 +176,11 @@ func localRequest(w http.ResponseWriter, r *http.Request) bool {
 	ip := net.ParseIP(host)
 	h := strings.ToLower(strings.TrimSuffix(host, "."))
 	if !(ip != nil && ip.IsLoopback()) && h != "localhost" && !strings.HasSuffix(h, ".localhost") {
-		writeError(w, http.StatusForbidden, APIError{Code: CodeHostDenied, Message: "with auth.mode none the appliance answers only to a loopback host name or address",
-			Hint: "open it as http://127.0.0.1:PORT or http://localhost:PORT"})
+		writeError(w, errcode.New(errcode.HostDenied, "with auth.mode none the appliance answers only to a loopback host name or address").WithHint("open it as http://127.0.0.1:PORT or http://localhost:PORT"))
 		return false
 	}
 	if !sameOrigin(r) {
-		writeError(w, http.StatusForbidden, APIError{Code: CodeOriginDenied, Message: "request from another origin"})
+		writeError(w, errcode.New(errcode.OriginDenied, "request from another origin"))
 		return false
 	}
 	return true
@@ -226,7 +207,7 @@ func (a *api) withAuth(next http.Handler) http.Handler {
 			switch r.URL.Path {
 			case "/api/v1/auth/me", "/api/v1/auth/password", "/api/v1/auth/logout":
 			default:
-				writeError(w, http.StatusForbidden, APIError{Code: CodePasswordChangeRequired, Message: "change your password first", Hint: "POST /api/v1/auth/password", Recoverable: true})
+				writeError(w, errcode.New(errcode.PasswordChangeRequired, "change your password first").WithHint("POST /api/v1/auth/password").WithRecoverable(true))
 				return
 			}
 		}
@@ -244,7 +225,7 @@ func require(w http.ResponseWriter, r *http.Request, scope string) bool {
 	if principal(r).Has(scope) {
 		return true
 	}
-	writeError(w, http.StatusForbidden, APIError{Code: CodeForbidden, Message: "your role or token does not allow this (" + scope + ")"})
+	writeError(w, errcode.New(errcode.Forbidden, "your role or token does not allow this ("+scope+")"))
 	return false
 }
 
@@ -284,11 +265,11 @@ func (a *api) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !sameOrigin(r) {
-		writeError(w, http.StatusForbidden, APIError{Code: CodeOriginDenied, Message: "request from another origin"})
+		writeError(w, errcode.New(errcode.OriginDenied, "request from another origin"))
 		return
 	}
 	if req.Username == "" || req.Password == "" || len(req.Username) > 128 || len(req.Password) > 1024 {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "username and password are required"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "username and password are required"))
 		return
 	}
 	res, ok := a.callAuth(w, r, func(ctx context.Context, pl auth.Authenticator) (auth.Result, error) {
@@ -326,11 +307,11 @@ func (a *api) refuseLogin(w http.ResponseWriter, r *http.Request, res auth.Resul
 	case auth.CodeRateLimited:
 		secs := int((res.RetryAfter + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-		writeError(w, http.StatusTooManyRequests, APIError{Code: CodeRateLimited, Message: "too many failed attempts; try again later", Recoverable: true})
+		writeError(w, errcode.New(errcode.RateLimited, "too many failed attempts; try again later"))
 	case auth.CodeWeakPassword:
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeWeakPassword, Message: "the new password is too weak (at least 12 characters, not the old one)", Recoverable: true})
+		writeError(w, errcode.New(errcode.WeakPassword, "the new password is too weak (at least 12 characters, not the old one)"))
 	default:
-		writeError(w, http.StatusUnauthorized, APIError{Code: CodeInvalidCredentials, Message: "wrong user name or password", Recoverable: true})
+		writeError(w, errcode.New(errcode.InvalidCredentials, "wrong user name or password"))
 	}
 }
 
@@ -344,7 +325,7 @@ func (a *api) callAuth(w http.ResponseWriter, r *http.Request, fn func(context.C
 	}
 	if err != nil {
 		a.o.Logger.Warn("auth plugin call failed", "err", err)
-		writeError(w, http.StatusServiceUnavailable, APIError{Code: CodeAuthUnavailable, Message: "the auth plugin is not available", Hint: "check `tabcast doctor`", Recoverable: true})
+		writeError(w, errcode.New(errcode.AuthUnavailable, "the auth plugin is not available").WithHint("check `tabcast doctor`"))
 		return res, false
 	}
 	return res, true
@@ -394,7 +375,7 @@ type passwordRequest struct {
 func (a *api) changePassword(w http.ResponseWriter, r *http.Request) {
 	p := principal(r)
 	if p.Method != access.MethodCookie {
-		writeError(w, http.StatusForbidden, APIError{Code: CodeForbidden, Message: "only a logged-in user changes their password"})
+		writeError(w, errcode.New(errcode.Forbidden, "only a logged-in user changes their password"))
 		return
 	}
 	var req passwordRequest
@@ -402,12 +383,12 @@ func (a *api) changePassword(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Old == "" || req.New == "" || len(req.Old) > 1024 || len(req.New) > 1024 {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "oldPassword and newPassword are required"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "oldPassword and newPassword are required"))
 		return
 	}
 	c, err := r.Cookie(CookieName)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, APIError{Code: CodePermissionDenied, Message: "log in first"})
+		writeError(w, errcode.New(errcode.PermissionDenied, "log in first"))
 		return
 	}
 	o := a.o.Auth
@@ -436,7 +417,7 @@ func (a *api) changePassword(w http.ResponseWriter, r *http.Request) {
 		// Ended meanwhile (logged out, expired): the password is changed.
 		clearCookie(w, o.Secure)
 		a.audit(r, audit.Record{Action: "password.change", Outcome: audit.OK})
-		writeError(w, http.StatusUnauthorized, APIError{Code: CodePermissionDenied, Message: "password changed; log in again"})
+		writeError(w, errcode.New(errcode.PermissionDenied, "password changed; log in again"))
 		return
 	}
 	http.SetCookie(w, &http.Cookie{

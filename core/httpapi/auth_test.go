@@ -16,6 +16,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/access"
 	"github.com/tabcast/tabcast/core/audit"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/plugins/auth"
 	"github.com/tabcast/tabcast/plugins/base"
 )
@@ -226,14 +227,14 @@ func TestDeletedUserLosesAccess(t *testing.T) {
 	gl, gt := e.hold(t, cookie), e.hold(t, secret)
 	e.dir.del("ann")
 	for _, cred := range []string{cookie, secret} {
-		if r := e.call(t, "GET", "/api/v1/auth/me", cred, "", ""); r.status != 401 || r.code != CodePermissionDenied {
+		if r := e.call(t, "GET", "/api/v1/auth/me", cred, "", ""); r.status != 401 || r.code != errcode.PermissionDenied {
 			t.Errorf("after deletion: %d %s", r.status, r.code)
 		}
 	}
 	if !gl.Withdrawn() || !gt.Withdrawn() {
 		t.Error("live connections of the deleted user go on")
 	}
-	if r := e.call(t, "POST", "/api/v1/tokens", admin, "", `{"name":"x","user":"ann","role":"operator"}`); r.status != 422 || r.code != CodeInvalidArgument {
+	if r := e.call(t, "POST", "/api/v1/tokens", admin, "", `{"name":"x","user":"ann","role":"operator"}`); r.status != 422 || r.code != errcode.InvalidArgument {
 		t.Errorf("token for a deleted user: %d %s", r.status, r.code)
 	}
 	if r := e.call(t, "POST", "/api/v1/tokens", admin, "", `{"name":"x","user":"bob","role":"operator"}`); r.status != 201 {
@@ -351,14 +352,14 @@ func TestAuthNone(t *testing.T) {
 		{"GET", "/api/v1/auth/me", "127.0.0.1:8080", "", 200, ""},
 		{"GET", "/api/v1/auth/me", "localhost:8080", "", 200, ""},
 		{"GET", "/api/v1/auth/me", "[::1]:8080", "", 200, ""},
-		{"GET", "/api/v1/auth/me", "evil.example:8080", "", 403, CodeHostDenied},
-		{"GET", "/healthz", "evil.example", "", 403, CodeHostDenied},
-		{"GET", "/api/v1/auth/me", "10.0.0.5:8080", "", 403, CodeHostDenied},
-		{"POST", "/api/v1/tokens", "127.0.0.1:8080", "http://evil.example", 403, CodeOriginDenied},
-		{"POST", "/api/v1/tokens", "127.0.0.1:8080", "http://127.0.0.1:9999", 403, CodeOriginDenied},
-		{"GET", "/api/v1/tokens", "127.0.0.1:8080", "", 409, CodeAuthDisabled},
-		{"POST", "/api/v1/tokens", "127.0.0.1:8080", "http://127.0.0.1:8080", 409, CodeAuthDisabled},
-		{"DELETE", "/api/v1/tokens/abc", "127.0.0.1:8080", "", 409, CodeAuthDisabled},
+		{"GET", "/api/v1/auth/me", "evil.example:8080", "", 403, errcode.HostDenied},
+		{"GET", "/healthz", "evil.example", "", 403, errcode.HostDenied},
+		{"GET", "/api/v1/auth/me", "10.0.0.5:8080", "", 403, errcode.HostDenied},
+		{"POST", "/api/v1/tokens", "127.0.0.1:8080", "http://evil.example", 403, errcode.OriginDenied},
+		{"POST", "/api/v1/tokens", "127.0.0.1:8080", "http://127.0.0.1:9999", 403, errcode.OriginDenied},
+		{"GET", "/api/v1/tokens", "127.0.0.1:8080", "", 409, errcode.AuthDisabled},
+		{"POST", "/api/v1/tokens", "127.0.0.1:8080", "http://127.0.0.1:8080", 409, errcode.AuthDisabled},
+		{"DELETE", "/api/v1/tokens/abc", "127.0.0.1:8080", "", 409, errcode.AuthDisabled},
 	} {
 		if st, code := do(c.method, c.path, c.host, c.origin); st != c.status || code != c.code {
 			t.Errorf("%s %s Host %s Origin %q: %d %s, want %d %s", c.method, c.path, c.host, c.origin, st, code, c.status, c.code)

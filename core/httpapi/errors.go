@@ -5,38 +5,14 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/session"
 )
 
-// Stable error codes of the HTTP API (docs/protocol.md has the table).
-const (
-	CodeInvalidArgument    = "invalid_argument"
-	CodeNotFound           = "not_found"
-	CodeCapacityExceeded   = "capacity_exceeded"
-	CodeBrowserUnavailable = "browser_unavailable"
-	CodeNotReady           = "not_ready"
-	CodeCodecUnsupported   = "codec_unsupported"
-	CodeMethodNotAllowed   = "method_not_allowed"
-	CodeTooLarge           = "too_large"
-	CodeTimeout            = "timeout"
-	CodeInternal           = "internal"
-	CodeConflict           = "conflict"
-	CodeProfileInUse       = "profile_in_use"
-	CodeBadProxy           = "bad_proxy"
-)
-
-// APIError is the body of every failed API call.
-type APIError struct {
-	Code        string `json:"code"`
-	Message     string `json:"message"`
-	Hint        string `json:"hint,omitempty"`
-	Recoverable bool   `json:"recoverable"`
-}
-
+// errorBody is the body of every failed API call.
 type errorBody struct {
-	OK    bool     `json:"ok"`
-	Error APIError `json:"error"`
+	OK    bool           `json:"ok"`
+	Error *errcode.Error `json:"error"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -46,50 +22,49 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, status int, e APIError) {
+// writeError answers e with the status the errcode table gives its code.
+func writeError(w http.ResponseWriter, e *errcode.Error) {
+	writeErrorStatus(w, errcode.HTTPStatus(e.Code), e)
+}
+
+// writeErrorStatus answers e with another status than the table's, for the
+// few answers where the status says more than the code (a request body
+// over its limit is 413, an argument over its limit 422).
+func writeErrorStatus(w http.ResponseWriter, status int, e *errcode.Error) {
 	writeJSON(w, status, errorBody{Error: e})
 }
 
-// fromError maps internal errors to stable codes. The message never carries
-// internal detail (addresses, paths, stacks): that goes to the log.
-func fromError(err error) (int, APIError) {
-	var ae *action.Error
-	if errors.As(err, &ae) {
+// fromError maps internal errors to stable codes: an *errcode.Error passes
+// through, the session's sentinel errors get their code here. The message
+// never carries internal detail (addresses, paths, stacks): that goes to
+// the log. The status is errcode.HTTPStatus of the code.
+func fromError(err error) *errcode.Error {
+	if e, ok := errcode.As(err); ok {
 		// Policy refusals carry their own stable code and a safe message
 		// (never the refused URL).
-		status := http.StatusConflict
-		switch ae.Code {
-		case action.CodeNavigationBlocked, action.CodeShortcutBlocked, action.CodeNotAllowed:
-			status = http.StatusForbidden
-		case action.CodeInvalidArgument, action.CodeTooLarge:
-			status = http.StatusUnprocessableEntity
-		case action.CodeTimeout, action.CodeOutcomeUnknown:
-			status = http.StatusGatewayTimeout
-		case action.CodeFailed:
-			status = http.StatusBadGateway // the page, not the appliance, failed
-		}
-		return status, APIError{Code: ae.Code, Message: ae.Message, Recoverable: status != http.StatusForbidden}
+		return e
 	}
 	switch {
 	case errors.Is(err, session.ErrProfileInUse):
-		return http.StatusConflict, APIError{Code: CodeProfileInUse, Message: "that profile is open in another session", Hint: "close it first", Recoverable: true}
+		return errcode.New(errcode.ProfileInUse, "that profile is open in another session").WithHint("close it first")
 	case errors.Is(err, session.ErrBadProxy):
 		// Not the error's text: it may name the proxy's host.
-		return http.StatusUnprocessableEntity, APIError{Code: CodeBadProxy, Message: "proxy: want http:// or socks5://[user:password@]host:port, reachable under the egress policy"}
+		return errcode.New(errcode.BadProxy, "proxy: want http:// or socks5://[user:password@]host:port, reachable under the egress policy")
 	case errors.Is(err, session.ErrBadProfile):
-		return http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "profile: want 1..32 of a-z 0-9 -"}
+		return errcode.New(errcode.InvalidArgument, "profile: want 1..32 of a-z 0-9 -")
 	case errors.Is(err, session.ErrNotFound):
-		return http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such session", Hint: "list sessions with GET /api/v1/sessions"}
+		// Not recoverable: retrying cannot bring a session back.
+		return errcode.New(errcode.NotFound, "no such session").WithHint("list sessions with GET /api/v1/sessions").WithRecoverable(false)
 	case errors.Is(err, session.ErrCapacity):
-		return http.StatusTooManyRequests, APIError{Code: CodeCapacityExceeded, Message: "the appliance is at its session or viewer limit", Hint: "close a session or raise sessions.max / sessions.maxViewers", Recoverable: true}
+		return errcode.New(errcode.CapacityExceeded, "the appliance is at its session or viewer limit").WithHint("close a session or raise sessions.max / sessions.maxViewers")
 	case errors.Is(err, session.ErrUnavailable):
-		return http.StatusServiceUnavailable, APIError{Code: CodeBrowserUnavailable, Message: "the browser is not available", Hint: "check `tabcast doctor` and the log", Recoverable: true}
+		return errcode.New(errcode.BrowserUnavailable, "the browser is not available").WithHint("check `tabcast doctor` and the log")
 	case errors.Is(err, session.ErrNotReady):
-		return http.StatusConflict, APIError{Code: CodeNotReady, Message: "the session is not ready", Hint: "read the session snapshot", Recoverable: true}
+		return errcode.New(errcode.NotReady, "the session is not ready").WithHint("read the session snapshot")
 	case errors.Is(err, session.ErrCodec):
-		return http.StatusUnprocessableEntity, APIError{Code: CodeCodecUnsupported, Message: "codec not available on this appliance"}
+		return errcode.New(errcode.CodecUnsupported, "codec not available on this appliance")
 	case errors.Is(err, errTimeout):
-		return http.StatusGatewayTimeout, APIError{Code: CodeTimeout, Message: "the browser did not answer in time", Recoverable: true}
+		return errcode.New(errcode.Timeout, "the browser did not answer in time")
 	}
-	return http.StatusInternalServerError, APIError{Code: CodeInternal, Message: "internal error", Hint: "see the appliance log", Recoverable: true}
+	return errcode.New(errcode.Internal, "internal error").WithHint("see the appliance log")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/access"
 	"github.com/tabcast/tabcast/core/agent"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/mcp"
 	"github.com/tabcast/tabcast/core/session"
 )
@@ -35,11 +36,11 @@ func (b mcpBackend) ListSessions(context.Context) ([]mcp.SessionInfo, error) {
 
 func (b mcpBackend) CreateSession(ctx context.Context, url string) (mcp.SessionInfo, error) {
 	if !b.p.CanCreate() {
-		return mcp.SessionInfo{}, &agent.Error{Code: CodeForbidden, Message: "your role or token does not allow creating sessions"}
+		return mcp.SessionInfo{}, errcode.New(errcode.Forbidden, "your role or token does not allow creating sessions")
 	}
 	if url != "" {
 		if err := CheckURL(url); err != nil {
-			return mcp.SessionInfo{}, &agent.Error{Code: CodeInvalidArgument, Message: "url: " + err.Error()}
+			return mcp.SessionInfo{}, errcode.New(errcode.InvalidArgument, "url: "+err.Error())
 		}
 		if err := b.a.o.Sessions.CheckURL(ctx, url); err != nil {
 			return mcp.SessionInfo{}, err
@@ -47,8 +48,7 @@ func (b mcpBackend) CreateSession(ctx context.Context, url string) (mcp.SessionI
 	}
 	s, err := b.a.o.Sessions.Create(ctx, session.CreateOptions{URL: url, Owner: b.p.User})
 	if err != nil {
-		_, e := fromError(err)
-		return mcp.SessionInfo{}, &agent.Error{Code: e.Code, Message: e.Message, Hint: e.Hint, Recoverable: e.Recoverable}
+		return mcp.SessionInfo{}, fromError(err)
 	}
 	snap := s.Snapshot()
 	return mcp.SessionInfo{ID: snap.ID, State: string(snap.State), Title: snap.Title, URL: snap.URL}, nil
@@ -58,10 +58,10 @@ func (b mcpBackend) CreateSession(ctx context.Context, url string) (mcp.SessionI
 func (b mcpBackend) operable(id string) (*session.Session, error) {
 	s, err := b.a.o.Sessions.Get(id)
 	if err != nil || !b.p.CanSee(s.Owner(), s.Invited(b.p.User)) {
-		return nil, &agent.Error{Code: CodeNotFound, Message: "no such session", Hint: "list them with sessions_list"}
+		return nil, errcode.New(errcode.NotFound, "no such session").WithHint("list them with sessions_list").WithRecoverable(false)
 	}
 	if !b.p.CanOperate(s.Owner()) {
-		return nil, &agent.Error{Code: CodeForbidden, Message: "you may watch this session but not operate it"}
+		return nil, errcode.New(errcode.Forbidden, "you may watch this session but not operate it")
 	}
 	return s, nil
 }
@@ -83,7 +83,7 @@ func (b mcpBackend) Agent(ctx context.Context, id string, req agent.Request) (*a
 	if gr.Withdrawn() {
 		// Whatever the command returned (a wait ends with a result), the
 		// caller no longer holds the right to it.
-		return nil, &agent.Error{Code: CodePermissionDenied, Message: "access withdrawn while the command ran; it may have taken effect"}
+		return nil, errcode.New(errcode.PermissionDenied, "access withdrawn while the command ran; it may have taken effect")
 	}
 	return res, err
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tabcast/tabcast/core/access"
 	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/audit"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/telemetry"
 )
@@ -104,7 +105,7 @@ func New(o Options) http.Handler {
 		mux.HandleFunc("GET /api/v1/sessions/{id}/signal", a.signal)
 	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such endpoint", Hint: "see docs/protocol.md"})
+		writeError(w, errcode.New(errcode.NotFound, "no such endpoint").WithHint("see docs/protocol.md").WithRecoverable(false))
 	})
 	if o.Panel != nil {
 		files := http.FileServerFS(o.Panel)
@@ -161,7 +162,7 @@ func (a *api) recoverPanics(h http.Handler) http.Handler {
 			}
 			a.o.Logger.Error("handler panic", "path", r.URL.Path, "method", r.Method, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			// The headers may be out already; then this write fails quietly.
-			writeError(w, http.StatusInternalServerError, APIError{Code: CodeInternal, Message: "internal error", Hint: "see the appliance log", Recoverable: true})
+			writeError(w, errcode.New(errcode.Internal, "internal error").WithHint("see the appliance log"))
 		}()
 		h.ServeHTTP(w, r)
 	})
@@ -181,7 +182,7 @@ type api struct{ o Options }
 func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 	if a.o.Ready != nil {
 		if err := a.o.Ready(); err != nil {
-			writeError(w, http.StatusServiceUnavailable, APIError{Code: "not_ready", Message: err.Error(), Recoverable: true})
+			writeErrorStatus(w, http.StatusServiceUnavailable, errcode.New(errcode.NotReady, err.Error()))
 			return
 		}
 	}
@@ -234,7 +235,7 @@ func (a *api) operable(w http.ResponseWriter, r *http.Request) (*session.Session
 		return nil, false
 	}
 	if !principal(r).CanOperate(s.Owner()) {
-		writeError(w, http.StatusForbidden, APIError{Code: CodeForbidden, Message: "you may watch this session but not operate it"})
+		writeError(w, errcode.New(errcode.Forbidden, "you may watch this session but not operate it"))
 		return nil, false
 	}
 	return s, true
@@ -272,16 +273,16 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.URL != "" {
 		if err := CheckURL(req.URL); err != nil {
-			writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "url: " + err.Error()})
+			writeError(w, errcode.New(errcode.InvalidArgument, "url: "+err.Error()))
 			return
 		}
 	}
 	if req.Control != "" && req.Control != session.ControlShared && req.Control != session.ControlExclusive {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "control: shared or exclusive"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "control: shared or exclusive"))
 		return
 	}
 	if (req.Width != 0 && (req.Width < 320 || req.Width > 3840)) || (req.Height != 0 && (req.Height < 240 || req.Height > 2160)) {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "width must be 320..3840 and height 240..2160"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "width must be 320..3840 and height 240..2160"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
@@ -294,7 +295,7 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	s, err := a.o.Sessions.Create(ctx, session.CreateOptions{URL: req.URL, Width: req.Width, Height: req.Height, Owner: principal(r).User, Control: req.Control, Profile: req.Profile, Proxy: req.Proxy})
 	if err != nil {
-		_, e := fromError(err)
+		e := fromError(err)
 		a.audit(r, audit.Record{Action: "session.create", Outcome: audit.Failed, Code: e.Code})
 		a.fail(w, r, err)
 		return
@@ -328,7 +329,7 @@ func (a *api) navigate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := CheckURL(req.URL); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "url: " + err.Error()})
+		writeError(w, errcode.New(errcode.InvalidArgument, "url: "+err.Error()))
 		return
 	}
 	s, ok := a.operable(w, r)
@@ -348,11 +349,11 @@ func (a *api) navigate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, e := fromError(err)
-	if status >= 500 {
+	e := fromError(err)
+	if status := errcode.HTTPStatus(e.Code); status >= 500 {
 		a.o.Logger.Warn("api error", "path", r.URL.Path, "code", e.Code, "err", err)
 	}
-	writeError(w, status, e)
+	writeError(w, e)
 }
 
 // decodeBody reads a bounded, strict JSON body; on failure it has written
@@ -360,7 +361,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: fmt.Sprintf("request body over %d bytes", maxBody)})
+		writeErrorStatus(w, http.StatusRequestEntityTooLarge, errcode.New(errcode.TooLarge, fmt.Sprintf("request body over %d bytes", maxBody)))
 		return false
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
@@ -369,11 +370,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "bad JSON body: " + jsonProblem(err)})
+		writeError(w, errcode.New(errcode.InvalidArgument, "bad JSON body: "+jsonProblem(err)))
 		return false
 	}
 	if dec.More() {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument, Message: "bad JSON body: trailing data"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "bad JSON body: trailing data"))
 		return false
 	}
 	return true

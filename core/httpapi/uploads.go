@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/audit"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // uploads lists the session's upload area: the files its agent may set on
@@ -33,9 +33,7 @@ func (a *api) putUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("name")
 	if hasBidiControl(name) {
-		writeError(w, http.StatusUnprocessableEntity, APIError{Code: CodeInvalidArgument,
-			Message: "name: bidirectional control characters (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C) are not allowed",
-			Hint:    "they make a name read differently from what it is (\"exe.pdf\" that is a .exe)"})
+		writeError(w, errcode.New(errcode.InvalidArgument, "name: bidirectional control characters (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C) are not allowed").WithHint("they make a name read differently from what it is (\"exe.pdf\" that is a .exe)"))
 		return
 	}
 	if err := agent.CheckUploadName(name); err != nil {
@@ -43,7 +41,7 @@ func (a *api) putUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > agent.MaxUploadBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: fmt.Sprintf("a file may have at most %d bytes", agent.MaxUploadBytes)})
+		writeErrorStatus(w, http.StatusRequestEntityTooLarge, errcode.New(errcode.TooLarge, fmt.Sprintf("a file may have at most %d bytes", agent.MaxUploadBytes)))
 		return
 	}
 	up, err := agent.SaveUpload(s, name, http.MaxBytesReader(w, r.Body, agent.MaxUploadBytes+1))
@@ -56,15 +54,15 @@ func (a *api) putUpload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) uploadFailed(w http.ResponseWriter, r *http.Request, err error) {
-	e := agent.AsError(err)
-	status := agentStatus(e.Code)
-	if e.Code == action.CodeTooLarge {
-		status = http.StatusRequestEntityTooLarge
+	e := errcode.From(err)
+	status := errcode.HTTPStatus(e.Code)
+	if e.Code == errcode.TooLarge {
+		status = http.StatusRequestEntityTooLarge // the body, not an argument
 	}
 	if status >= 500 {
 		a.o.Logger.Warn("upload failed", "code", e.Code, "err", err)
 	}
-	writeError(w, status, APIError{Code: e.Code, Message: e.Message, Hint: e.Hint, Recoverable: e.Recoverable})
+	writeErrorStatus(w, status, e)
 }
 
 // hasBidiControl reports whether s holds a character that reorders the

@@ -7,8 +7,7 @@ import (
 
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/runtime"
-
-	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // The page's clipboard.
@@ -138,7 +137,7 @@ func (e *Executor) clipboardKey(ctx context.Context, op string) (string, error) 
 			return "", pendingOK(err)
 		}
 		if c.Big || len(c.Text) > e.pol.MaxClipboard {
-			return "", action.Errorf(action.CodeTooLarge, "copied text over %d bytes", e.pol.MaxClipboard)
+			return "", errcode.Newf(errcode.TooLarge, "copied text over %d bytes", e.pol.MaxClipboard)
 		}
 		e.clip = c.Text
 		// The producer that pressed the keys gets the text (copy-out).
@@ -162,7 +161,7 @@ func (e *Executor) clipboardKey(ctx context.Context, op string) (string, error) 
 
 func (e *Executor) clipboardWrite(text string) error {
 	if len(text) > e.pol.MaxClipboard {
-		return action.Errorf(action.CodeTooLarge, "clipboard over %d bytes", e.pol.MaxClipboard)
+		return errcode.Newf(errcode.TooLarge, "clipboard over %d bytes", e.pol.MaxClipboard)
 	}
 	e.clip = text
 	return nil
@@ -174,7 +173,7 @@ func (e *Executor) clipboardRead(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if c.Big || len(c.Text) > e.pol.MaxClipboard {
-		return "", action.Errorf(action.CodeTooLarge, "selection over %d bytes", e.pol.MaxClipboard)
+		return "", errcode.Newf(errcode.TooLarge, "selection over %d bytes", e.pol.MaxClipboard)
 	}
 	return c.Text, nil
 }

@@ -5,8 +5,7 @@ import (
 	"strings"
 
 	"github.com/chromedp/cdproto/fetch"
-
-	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // The session's Chromium reaches the network only through the core's egress
@@ -22,7 +21,7 @@ import (
 const egressRefusedHeader = "x-tabcast-egress"
 
 // ErrEgressBlocked is a navigation the egress proxy refused.
-var ErrEgressBlocked = &action.Error{Code: action.CodeNavigationBlocked, Message: "navigation blocked by the egress policy"}
+var ErrEgressBlocked = errcode.New(errcode.NavigationBlocked, "navigation blocked by the egress policy")
 
 // SetEgressCount gives the executor the session's egress refusal count
 // (every connection the proxy refused), read around a navigation whose

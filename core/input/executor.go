@@ -23,6 +23,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/plugins/capture"
 )
 
@@ -74,8 +75,8 @@ type Events struct {
 var revisions atomic.Uint64
 
 var (
-	errClosed     = &action.Error{Code: action.CodeClosed, Message: "input closed"}
-	errDialogOpen = &action.Error{Code: action.CodeConflict, Message: "a dialog is open; answer it with dialog_response"}
+	errClosed     = errcode.New(errcode.SessionClosed, "input closed")
+	errDialogOpen = errcode.New(errcode.Conflict, "a dialog is open; answer it with dialog_response")
 	// errDialogPending: the call was sent, but a dialog opened and blocks
 	// its answer.
 	errDialogPending = errors.New("dialog opened")
@@ -263,7 +264,7 @@ func (e *Executor) Viewport() (w, h int) {
 	return e.vw, e.vh
 }
 
-// Execute performs a. Refusals and failures are *action.Error values with
+// Execute performs a. Refusals and failures are *errcode.Error values with
 // stable codes and messages that never echo text, clipboard or URLs.
 // producerID is not used: the executor keeps no state per producer (the
 // dispatcher owns held input and sets a.Buttons).
@@ -287,7 +288,7 @@ func (e *Executor) Execute(ctx context.Context, producerID string, a action.Acti
 
 func (e *Executor) exec(ctx context.Context, a action.Action) (string, error) {
 	if a.UsesCoordinates() && a.PageRevision != 0 && a.PageRevision != e.rev.Load() {
-		return "", action.Errorf(action.CodeStalePage, "the page changed")
+		return "", errcode.Newf(errcode.StalePage, "the page changed")
 	}
 	switch a.Kind {
 	case action.PointerMove, action.PointerDown, action.Click, action.Wheel, action.KeyDown, action.KeyPress, action.TextInsert, action.ClipboardRead:
@@ -334,13 +335,13 @@ func (e *Executor) exec(ctx context.Context, a action.Action) (string, error) {
 	case action.Heartbeat:
 		return "", nil
 	}
-	return "", action.Errorf(action.CodeUnknownKind, "unknown action kind")
+	return "", errcode.Newf(errcode.UnknownKind, "unknown action kind")
 }
 
-// classify turns an error into an *action.Error with a safe message; the
+// classify turns an error into an *errcode.Error with a safe message; the
 // detail goes to the debug log (CDP errors never hold typed text).
 func (e *Executor) classify(ctx context.Context, kind action.Kind, err error) error {
-	var ae *action.Error
+	var ae *errcode.Error
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -349,10 +350,10 @@ func (e *Executor) classify(ctx context.Context, kind action.Kind, err error) er
 	case e.ctx.Err() != nil || errors.Is(err, chromedp.ErrTargetDetached):
 		return errClosed
 	case ctx.Err() != nil:
-		return action.Errorf(action.CodeTimeout, "%s timed out", kind)
+		return errcode.Newf(errcode.Timeout, "%s timed out", kind)
 	}
 	e.log.Debug("input: action failed", "kind", string(kind), "err", err)
-	return action.Errorf(action.CodeFailed, "%s failed", kind)
+	return errcode.Newf(errcode.Failed, "%s failed", kind)
 }
 
 func pendingOK(err error) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 func TestClickChangesDOM(t *testing.T) {
@@ -154,7 +155,7 @@ func TestDragMovesRange(t *testing.T) {
 func TestConfirmAndPrompt(t *testing.T) {
 	h := newHarness(t, testPolicy())
 	h.load("/dialog")
-	h.refused(action.Action{Kind: action.DialogResponse, Accept: true}, action.CodeNoDialog)
+	h.refused(action.Action{Kind: action.DialogResponse, Accept: true}, errcode.NoDialog)
 
 	for _, accept := range []bool{true, false} {
 		h.click(100, 50) // confirm('sure?'): the click returns once the dialog is up
@@ -164,7 +165,7 @@ func TestConfirmAndPrompt(t *testing.T) {
 		}
 		// The renderer is blocked: input is refused, not queued for 30 s.
 		nx, ny := h.at(10, 10)
-		h.refused(action.Action{Kind: action.PointerDown, X: nx, Y: ny}, action.CodeConflict)
+		h.refused(action.Action{Kind: action.PointerDown, X: nx, Y: ny}, errcode.Conflict)
 		h.do(action.Action{Kind: action.DialogResponse, Accept: accept})
 		waitClosed(t, h)
 		var ans string
@@ -281,7 +282,7 @@ func TestClipboardWritePasteCopy(t *testing.T) {
 		t.Fatalf("other page after paste: value %q, pastes %q; want nothing pasted", got.Value, got.Pastes)
 	}
 
-	h.refused(action.Action{Kind: action.ClipboardWrite, Text: strings.Repeat("x", 1<<20+1)}, action.CodeTooLarge)
+	h.refused(action.Action{Kind: action.ClipboardWrite, Text: strings.Repeat("x", 1<<20+1)}, errcode.TooLarge)
 }
 
 func TestClipboardRead(t *testing.T) {
@@ -305,7 +306,7 @@ func TestClipboardRead(t *testing.T) {
 	s := newHarness(t, small)
 	s.load("/paste")
 	s.eval(`(() => { const i = document.getElementById('i'); i.value = 'abcdef'; i.focus(); i.select(); return 1 })()`, nil)
-	s.refused(action.Action{Kind: action.ClipboardRead}, action.CodeTooLarge)
+	s.refused(action.Action{Kind: action.ClipboardRead}, errcode.TooLarge)
 }
 
 func TestBlockedShortcuts(t *testing.T) {
@@ -320,7 +321,7 @@ func TestBlockedShortcuts(t *testing.T) {
 		{Key: "F12", Code: "F12"},
 	} {
 		k.Kind = action.KeyDown
-		h.refused(k, action.CodeShortcutBlocked)
+		h.refused(k, errcode.ShortcutBlocked)
 		k.Kind = action.KeyUp
 		h.do(k) // nothing was pressed: a no-op
 	}
@@ -351,7 +352,7 @@ func TestNavigationBlocked(t *testing.T) {
 		"data:text/html,hi",
 		other.URL + "/direct",
 	} {
-		ae := h.refused(action.Action{Kind: action.Navigate, URL: u}, action.CodeNavigationBlocked)
+		ae := h.refused(action.Action{Kind: action.Navigate, URL: u}, errcode.NavigationBlocked)
 		for _, part := range []string{"passwd", "settings", "169.254", "10.0.0.1", "loopback", "2852039166", "alert", "127.0.0.1", "devtools", "file"} {
 			if strings.Contains(ae.Message, part) {
 				t.Errorf("refusal of %q echoes %q: %q", u, part, ae.Message)
@@ -361,8 +362,8 @@ func TestNavigationBlocked(t *testing.T) {
 	// A redirect from an allowed page, and a link click, to a denied address
 	// are refused at the request.
 	_, err := h.ex.Execute(h.ctx, h.pid, action.Action{Kind: action.Navigate, URL: fixture.URL + "/redirect"})
-	var ae *action.Error
-	if !errors.As(err, &ae) || ae.Code != action.CodeNavigationBlocked {
+	var ae *errcode.Error
+	if !errors.As(err, &ae) || ae.Code != errcode.NavigationBlocked {
 		t.Errorf("navigate to a redirect into a private address: %v, want navigation_blocked", err)
 	}
 	h.load("/link")
@@ -414,7 +415,7 @@ func TestNavigateBackForwardState(t *testing.T) {
 	if fwd.PageRevision == back.PageRevision {
 		t.Fatal("PageRevision did not change on forward")
 	}
-	h.refused(action.Action{Kind: action.Forward}, action.CodeFailed)
+	h.refused(action.Action{Kind: action.Forward}, errcode.Failed)
 
 	// Same-document navigation updates the URL but keeps the revision.
 	h.eval(`history.pushState({}, '', '/b#spa'), 1`, nil)
@@ -430,7 +431,7 @@ func TestNavigateBackForwardState(t *testing.T) {
 	h.do(action.Action{Kind: action.Stop})
 
 	// Coordinates aimed at an older page are refused.
-	h.refused(action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, PageRevision: a.PageRevision}, action.CodeStalePage)
+	h.refused(action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, PageRevision: a.PageRevision}, errcode.StalePage)
 }
 
 func TestViewport(t *testing.T) {
@@ -455,7 +456,7 @@ func TestViewport(t *testing.T) {
 	if size != [2]int{320, 1080} {
 		t.Fatalf("clamped inner size = %v, want 320x1080", size)
 	}
-	h.refused(action.Action{Kind: action.Viewport, Width: 0, Height: 10}, action.CodeInvalidArgument)
+	h.refused(action.Action{Kind: action.Viewport, Width: 0, Height: 10}, errcode.InvalidArgument)
 
 	// Coordinates follow the new size, and a resize from elsewhere is noticed.
 	if err := h.page.SetViewport(h.ctx, 1000, 500); err != nil {
@@ -479,9 +480,9 @@ func TestButtonsPolicy(t *testing.T) {
 	pol.AllowRightClick = false
 	h := newHarness(t, pol)
 	h.load("/events")
-	h.refused(action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "right"}, action.CodeNotAllowed)
-	h.refused(action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "middle"}, action.CodeNotAllowed)
-	h.refused(action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "fourth"}, action.CodeInvalidArgument)
+	h.refused(action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "right"}, errcode.NotAllowed)
+	h.refused(action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "middle"}, errcode.NotAllowed)
+	h.refused(action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "fourth"}, errcode.InvalidArgument)
 
 	ok := newHarness(t, testPolicy())
 	ok.load("/events")
@@ -508,10 +509,10 @@ func TestHeldIsTheDispatchers(t *testing.T) {
 	if n := strings.Count(strings.Join(log, " "), "mouseup:0"); n != 1 {
 		t.Fatalf("page saw %d left releases, want 1: %q", n, log)
 	}
-	h.refused(action.Action{Kind: action.ReleaseAll}, action.CodeUnknownKind)
-	h.refused(action.Action{Kind: "teleport"}, action.CodeUnknownKind)
-	h.refused(action.Action{Kind: action.PointerMove, X: nan(), Y: 0}, action.CodeInvalidArgument)
-	h.refused(action.Action{Kind: action.TextInsert, Text: strings.Repeat("x", 1<<20+1)}, action.CodeTooLarge)
+	h.refused(action.Action{Kind: action.ReleaseAll}, errcode.UnknownKind)
+	h.refused(action.Action{Kind: "teleport"}, errcode.UnknownKind)
+	h.refused(action.Action{Kind: action.PointerMove, X: nan(), Y: 0}, errcode.InvalidArgument)
+	h.refused(action.Action{Kind: action.TextInsert, Text: strings.Repeat("x", 1<<20+1)}, errcode.TooLarge)
 }
 
 func TestTextInsert(t *testing.T) {
@@ -554,8 +555,8 @@ func TestCloseNoLeak(t *testing.T) {
 	ex.Close()
 	ex.Close()
 	_, err = ex.Execute(ctx, "p", action.Action{Kind: action.Heartbeat})
-	var ae *action.Error
-	if !errors.As(err, &ae) || ae.Code != action.CodeClosed {
+	var ae *errcode.Error
+	if !errors.As(err, &ae) || ae.Code != errcode.SessionClosed {
 		t.Fatalf("Execute after Close: %v, want session_closed", err)
 	}
 	// Chromium keeps its connections to the fixture server alive.
@@ -610,7 +611,7 @@ func TestClickAction(t *testing.T) {
 	pol.AllowRightClick = false
 	r := newHarness(t, pol)
 	r.load("/clicks")
-	r.refused(action.Action{Kind: action.Click, X: 0.5, Y: 0.5, Button: "right"}, action.CodeNotAllowed)
+	r.refused(action.Action{Kind: action.Click, X: 0.5, Y: 0.5, Button: "right"}, errcode.NotAllowed)
 }
 
 // Without its own connection (it closed, or could not be dialed) a click
@@ -657,7 +658,7 @@ func TestKeyPressAction(t *testing.T) {
 	h.load("/events")
 	h.do(action.Action{Kind: action.KeyPress, Key: "a", Code: "KeyA"})
 	h.do(action.Action{Kind: action.KeyPress, Key: "Tab", Code: "Tab", Modifiers: action.ModShift})
-	h.refused(action.Action{Kind: action.KeyPress, Key: "o", Code: "KeyO", Modifiers: action.ModCtrl}, action.CodeShortcutBlocked)
+	h.refused(action.Action{Kind: action.KeyPress, Key: "o", Code: "KeyO", Modifiers: action.ModCtrl}, errcode.ShortcutBlocked)
 	var log []string
 	h.eval(`window.log`, &log)
 	if got := strings.Join(log, " "); got != "keydown:a keyup:a keydown:Tab keyup:Tab" {
@@ -699,5 +700,5 @@ func TestTextInsertReplace(t *testing.T) {
 	if v := value(); v != "again" {
 		t.Fatalf("after replace of an empty field: %q", v)
 	}
-	h.refused(action.Action{Kind: action.TextInsert, Text: strings.Repeat("x", 1<<20+1), Replace: true}, action.CodeTooLarge)
+	h.refused(action.Action{Kind: action.TextInsert, Text: strings.Repeat("x", 1<<20+1), Replace: true}, errcode.TooLarge)
 }

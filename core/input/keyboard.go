@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/cdproto/input"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // keyParams is Input.dispatchKeyEvent's params.
@@ -148,11 +149,11 @@ func (e *Executor) keyPressCmds(a action.Action) ([]pipeCmd, string, error) {
 func (e *Executor) keyDownParams(a action.Action) (keyEvent, keyParams, string, error) {
 	ke, err := mapKey(a)
 	if err != nil {
-		return ke, keyParams{}, "", action.Errorf(action.CodeInvalidArgument, "%s", err.Error())
+		return ke, keyParams{}, "", errcode.Newf(errcode.InvalidArgument, "%s", err.Error())
 	}
 	for _, sc := range e.pol.shortcuts {
 		if sc.matches(ke.key, ke.code, ke.mods) {
-			return ke, keyParams{}, "", action.Errorf(action.CodeShortcutBlocked, "shortcut blocked by policy")
+			return ke, keyParams{}, "", errcode.Newf(errcode.ShortcutBlocked, "shortcut blocked by policy")
 		}
 	}
 	op := clipboardOp(ke)
@@ -180,7 +181,7 @@ func (e *Executor) keyDownParams(a action.Action) (keyEvent, keyParams, string, 
 func (e *Executor) keyUp(ctx context.Context, a action.Action) error {
 	ke, err := mapKey(a)
 	if err != nil {
-		return action.Errorf(action.CodeInvalidArgument, "%s", err.Error())
+		return errcode.Newf(errcode.InvalidArgument, "%s", err.Error())
 	}
 	if clipboardOp(ke) != "" {
 		ke.vk = 0
@@ -194,7 +195,7 @@ func (e *Executor) keyUp(ctx context.Context, a action.Action) error {
 // (or Backspace) go out back to back, as one action (see click).
 func (e *Executor) replaceText(ctx context.Context, a action.Action) error {
 	if len(a.Text) > e.pol.MaxText {
-		return action.Errorf(action.CodeTooLarge, "text over %d bytes", e.pol.MaxText)
+		return errcode.Newf(errcode.TooLarge, "text over %d bytes", e.pol.MaxText)
 	}
 	cmds, _, err := e.keyPressCmds(action.Action{Key: "a", Code: "KeyA", Modifiers: action.ModCtrl})
 	if err != nil {
@@ -214,7 +215,7 @@ func (e *Executor) replaceText(ctx context.Context, a action.Action) error {
 
 func (e *Executor) insertText(ctx context.Context, text string) error {
 	if len(text) > e.pol.MaxText {
-		return action.Errorf(action.CodeTooLarge, "text over %d bytes", e.pol.MaxText)
+		return errcode.Newf(errcode.TooLarge, "text over %d bytes", e.pol.MaxText)
 	}
 	if text == "" {
 		return nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // One Chromium for the package; each test opens its own pages.
@@ -221,11 +222,11 @@ func (h *harness) do(a action.Action) action.Result {
 }
 
 // refused runs a and wants a refusal with code.
-func (h *harness) refused(a action.Action, code string) *action.Error {
+func (h *harness) refused(a action.Action, code string) *errcode.Error {
 	h.t.Helper()
 	a.Buttons = h.buttons
 	_, err := h.ex.Execute(h.ctx, h.pid, a)
-	var ae *action.Error
+	var ae *errcode.Error
 	if !errors.As(err, &ae) || ae.Code != code {
 		h.t.Fatalf("Execute %s: err %v, want code %s", a.Kind, err, code)
 	}

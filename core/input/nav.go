@@ -7,8 +7,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
-
-	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // netError is a Chromium net error name, safe to show (no address in it).
@@ -39,7 +38,7 @@ func (e *Executor) navigate(ctx context.Context, raw string) error {
 		if netError.MatchString(res.ErrorText) {
 			msg += ": " + res.ErrorText
 		}
-		return &action.Error{Code: action.CodeFailed, Message: msg}
+		return errcode.New(errcode.Failed, msg)
 	}
 	return nil
 }
@@ -52,9 +51,9 @@ func (e *Executor) history(ctx context.Context, delta int64) error {
 	i := h.CurrentIndex + delta
 	if i < 0 || i >= int64(len(h.Entries)) {
 		if delta < 0 {
-			return action.Errorf(action.CodeFailed, "no page to go back to")
+			return errcode.Newf(errcode.Failed, "no page to go back to")
 		}
-		return action.Errorf(action.CodeFailed, "no page to go forward to")
+		return errcode.Newf(errcode.Failed, "no page to go forward to")
 	}
 	_, err = call(ctx, e, page.NavigateToHistoryEntry, page.NavigateToHistoryEntryParams{EntryID: h.Entries[i].ID})
 	return pendingOK(err)
@@ -75,7 +74,7 @@ func (e *Executor) reload(ctx context.Context) error {
 // coordinates are normalized.
 func (e *Executor) viewport(ctx context.Context, w, h int) error {
 	if w <= 0 || h <= 0 {
-		return action.Errorf(action.CodeInvalidArgument, "width and height must be positive")
+		return errcode.Newf(errcode.InvalidArgument, "width and height must be positive")
 	}
 	w = min(max(w, e.pol.MinWidth), e.pol.MaxWidth)
 	h = min(max(h, e.pol.MinHeight), e.pol.MaxHeight)
@@ -91,17 +90,17 @@ func (e *Executor) viewport(ctx context.Context, w, h int) error {
 
 func (e *Executor) dialogResponse(ctx context.Context, accept bool, prompt string) error {
 	if len(prompt) > e.pol.MaxText {
-		return action.Errorf(action.CodeTooLarge, "prompt text over %d bytes", e.pol.MaxText)
+		return errcode.Newf(errcode.TooLarge, "prompt text over %d bytes", e.pol.MaxText)
 	}
 	if !e.dialogOpen() {
-		return action.Errorf(action.CodeNoDialog, "no dialog is open")
+		return errcode.Newf(errcode.NoDialog, "no dialog is open")
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(e.ctx, cancel)()
 	err := e.t.Call(cctx, page.CommandHandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept, PromptText: prompt}, nil)
 	if cdpError(err, "No dialog") {
-		return action.Errorf(action.CodeNoDialog, "no dialog is open")
+		return errcode.Newf(errcode.NoDialog, "no dialog is open")
 	}
 	return err
 }

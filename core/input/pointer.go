@@ -11,6 +11,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 const (
@@ -66,7 +67,7 @@ func buttonName(bits int) string {
 // mapPoint turns normalized coordinates into CSS pixels of the viewport.
 func (e *Executor) mapPoint(nx, ny float64) (float64, float64, error) {
 	if math.IsNaN(nx) || math.IsNaN(ny) || math.IsInf(nx, 0) || math.IsInf(ny, 0) {
-		return 0, 0, action.Errorf(action.CodeInvalidArgument, "coordinates must be finite")
+		return 0, 0, errcode.Newf(errcode.InvalidArgument, "coordinates must be finite")
 	}
 	w, h := e.Viewport()
 	// A drag that leaves the video goes on along its edge.
@@ -81,15 +82,15 @@ func (e *Executor) button(name string) (int, error) {
 		return bitLeft, nil
 	case "right":
 		if !e.pol.AllowRightClick {
-			return 0, action.Errorf(action.CodeNotAllowed, "right click is disabled by policy")
+			return 0, errcode.Newf(errcode.NotAllowed, "right click is disabled by policy")
 		}
 		return bitRight, nil
 	case "middle":
 		// Middle click pastes the PRIMARY selection, which Chromium shares
 		// across all its pages: another session's selected text.
-		return 0, action.Errorf(action.CodeNotAllowed, "middle click is not allowed")
+		return 0, errcode.Newf(errcode.NotAllowed, "middle click is not allowed")
 	}
-	return 0, action.Errorf(action.CodeInvalidArgument, "unknown button")
+	return 0, errcode.Newf(errcode.InvalidArgument, "unknown button")
 }
 
 // pointer performs a move, wheel, press or release. What is held is the
@@ -111,7 +112,7 @@ func (e *Executor) pointer(ctx context.Context, a action.Action) error {
 
 	case action.Wheel:
 		if math.IsNaN(a.DeltaX) || math.IsNaN(a.DeltaY) || math.IsInf(a.DeltaX, 0) || math.IsInf(a.DeltaY, 0) {
-			return action.Errorf(action.CodeInvalidArgument, "wheel deltas must be finite")
+			return errcode.Newf(errcode.InvalidArgument, "wheel deltas must be finite")
 		}
 		ev.Type = "mouseWheel"
 		ev.Buttons = held

@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tabcast/tabcast/core/errcode"
 	"golang.org/x/net/idna"
-
-	"github.com/tabcast/tabcast/core/action"
 )
 
 const (
@@ -108,9 +107,9 @@ var hardDenied = []string{
 // special schemes have an authority and a host (WHATWG "special").
 var special = []string{"http", "https", "ws", "wss", "ftp"}
 
-var errBlocked = &action.Error{Code: action.CodeNavigationBlocked, Message: "navigation blocked by policy"}
+var errBlocked = errcode.New(errcode.NavigationBlocked, "navigation blocked by policy")
 
-// CheckURL returns nil when raw may be navigated to, else an *action.Error
+// CheckURL returns nil when raw may be navigated to, else an *errcode.Error
 // with code navigation_blocked whose message never echoes the URL. The
 // refused URL (without credentials or query) is logged at debug level only.
 func (p Policy) CheckURL(ctx context.Context, raw string) error {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 func unitPolicy() Policy {
@@ -116,8 +117,8 @@ func TestCheckURL(t *testing.T) {
 	}
 	for _, u := range blocked {
 		err := p.CheckURL(ctx, u)
-		var ae *action.Error
-		if !errors.As(err, &ae) || ae.Code != action.CodeNavigationBlocked || ae.Message != "navigation blocked by policy" {
+		var ae *errcode.Error
+		if !errors.As(err, &ae) || ae.Code != errcode.NavigationBlocked || ae.Message != "navigation blocked by policy" {
 			t.Errorf("CheckURL(%q) = %v, want the generic navigation_blocked", u, err)
 		}
 	}
@@ -444,7 +445,7 @@ func FuzzCheckURL(f *testing.F) {
 		defer cancel()
 		err := p.CheckURL(ctx, raw)
 		if err != nil {
-			var ae *action.Error
+			var ae *errcode.Error
 			if !errors.As(err, &ae) || ae.Message != "navigation blocked by policy" {
 				t.Fatalf("bad refusal %v", err)
 			}

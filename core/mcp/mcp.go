@@ -22,6 +22,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tabcast/tabcast/core/agent"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // SessionInfo describes one browser session.
@@ -43,17 +44,12 @@ type HumanResult struct {
 	Note string `json:"note,omitempty"`
 }
 
-// CodeNotSupported is the code a Backend returns for a feature it lacks
-// (such as RequestHuman for now).
-const CodeNotSupported = "not_supported"
-
 // Backend is what the MCP tools call, bound to one authenticated user. The
 // appliance implements it over its API or in-process.
 //
-// Errors should be *agent.Error (or errors agent.AsError understands:
-// snapshot and action errors) so their stable code, message, hint and
-// recoverability reach the model; any other error is reported as
-// "internal".
+// Errors should carry an *errcode.Error in their chain so their stable
+// code, message, hint and recoverability reach the model; a deadline is
+// reported as "timeout" and any other error as "internal" (errcode.From).
 type Backend interface {
 	// ListSessions lists the sessions the user may drive.
 	ListSessions(ctx context.Context) ([]SessionInfo, error)
@@ -63,7 +59,7 @@ type Backend interface {
 	Agent(ctx context.Context, sessionID string, req agent.Request) (*agent.Result, error)
 	// RequestHuman asks a person to take over the session (a login, a
 	// CAPTCHA, a decision) and waits up to timeout for them to hand back.
-	// It may fail with code CodeNotSupported.
+	// It may fail with code errcode.NotSupported.
 	RequestHuman(ctx context.Context, sessionID, reason string, timeout time.Duration) (HumanResult, error)
 }
 
@@ -155,11 +151,10 @@ func HTTPHandler(newBackend func(r *http.Request) (Backend, error), version stri
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := newBackend(r)
 		if err != nil || b == nil {
+			e := errcode.New(errcode.PermissionDenied, "not allowed to use the agent API")
 			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": map[string]any{
-				"code": "permission_denied", "message": "not allowed to use the agent API", "recoverable": false,
-			}})
+			w.WriteHeader(errcode.HTTPStatus(e.Code))
+			_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": e})
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), backendKey{}, b)))

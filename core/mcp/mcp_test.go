@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tabcast/tabcast/core/agent"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -281,7 +282,7 @@ func exercise(t *testing.T, cs *mcp.ClientSession, f *fakeBackend) {
 	}
 
 	// A refusal is a tool result with the code first.
-	f.errs["click"] = &agent.Error{Code: "stale_ref", Message: `ref "e3" is stale`, Hint: "take a new snapshot", Recoverable: true}
+	f.errs["click"] = errcode.New(errcode.StaleRef, `ref "e3" is stale`).WithHint("take a new snapshot")
 	res = call(t, cs, "browser_click", map[string]any{"session": "s1", "ref": "@e3"})
 	if !res.IsError {
 		t.Fatal("stale_ref came back without IsError")
@@ -337,7 +338,7 @@ func exercise(t *testing.T, cs *mcp.ClientSession, f *fakeBackend) {
 	if h != (humanCall{"s1", "Solve the CAPTCHA", time.Minute}) {
 		t.Errorf("request_human call %+v", h)
 	}
-	f.humanErr = &agent.Error{Code: CodeNotSupported, Message: "not yet"}
+	f.humanErr = errcode.New(errcode.NotSupported, "not yet")
 	res = call(t, cs, "request_human", map[string]any{"session": "s1", "reason": "log in"})
 	if !res.IsError || !strings.HasPrefix(text(t, res), "not_supported:") {
 		t.Errorf("request_human not supported %v %q", res.IsError, text(t, res))

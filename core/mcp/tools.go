@@ -12,6 +12,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tabcast/tabcast/core/agent"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // Base names the session of a tool call.
@@ -251,7 +252,7 @@ func add[In any](s *mcp.Server, name, title, desc string, readOnly bool, h func(
 func addTools(s *mcp.Server, b Backend) {
 	do := func(ctx context.Context, sess Base, r agent.Request) *mcp.CallToolResult {
 		if sess.Session == "" {
-			return errorResult(&agent.Error{Code: "invalid_argument", Message: "session is required", Hint: "get one from sessions_list or session_create"})
+			return errorResult(errcode.New(errcode.InvalidArgument, "session is required").WithHint("get one from sessions_list or session_create"))
 		}
 		r.TimeoutMs = sess.TimeoutMs
 		res, err := b.Agent(ctx, sess.Session, r)
@@ -436,7 +437,7 @@ func addTools(s *mcp.Server, b Backend) {
 		"Ask a person to take over the session (log in, solve a CAPTCHA, confirm a payment, decide) and wait until they hand back or timeoutMs passes. Explain in reason what they should do. Take a new snapshot afterwards.",
 		false, func(ctx context.Context, in humanIn) *mcp.CallToolResult {
 			if in.Session == "" || strings.TrimSpace(in.Reason) == "" {
-				return errorResult(&agent.Error{Code: "invalid_argument", Message: "session and reason are required"})
+				return errorResult(errcode.New(errcode.InvalidArgument, "session and reason are required"))
 			}
 			timeout := defaultHumanTimeout
 			if in.TimeoutMs > 0 {
@@ -453,7 +454,7 @@ func addTools(s *mcp.Server, b Backend) {
 // errorResult reports err to the model: the stable code first, then the
 // message and the hint.
 func errorResult(err error) *mcp.CallToolResult {
-	e := agent.AsError(err)
+	e := errcode.From(err)
 	text := e.Code + ": " + e.Message
 	if e.Hint != "" {
 		text += " — hint: " + e.Hint
@@ -468,7 +469,7 @@ func errorResult(err error) *mcp.CallToolResult {
 func jsonResult(summary string, data any) *mcp.CallToolResult {
 	js, err := json.Marshal(data)
 	if err != nil {
-		return errorResult(&agent.Error{Code: "internal", Message: "unencodable result"})
+		return errorResult(errcode.New(errcode.Internal, "unencodable result").WithRecoverable(false))
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: summary + "\n" + string(js)}}}
 }
@@ -504,7 +505,7 @@ func agentResult(r agent.Request, res *agent.Result) *mcp.CallToolResult {
 				&mcp.TextContent{Text: head + "\n" + res.Summary},
 			}}
 		}
-		return errorResult(&agent.Error{Code: "internal", Message: "the screenshot came back without an image", Recoverable: true})
+		return errorResult(errcode.New(errcode.Internal, "the screenshot came back without an image"))
 	}
 	summary := res.Summary
 	if summary == "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
 
@@ -196,8 +197,7 @@ func (p *Pipeline) encodeLoop(ctx context.Context) error {
 		seq++
 		res, err := st.Encode(encoder.InputFrame{JPEG: f.Data, CaptureTime: f.CaptureTime, ForceKeyframe: force, Seq: seq})
 		if err != nil {
-			var ee *encoder.Error
-			if errors.As(err, &ee) && ee.Code == "bad_frame" {
+			if errcode.CodeOf(encodeError(err)) == errcode.BadFrame {
 				p.badFrames.Add(1)
 				if force {
 					p.keyframe.Store(true)

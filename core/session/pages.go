@@ -24,6 +24,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/input"
 )
 
@@ -106,12 +107,12 @@ func (x *pageExec) Execute(ctx context.Context, producerID string, a action.Acti
 	select {
 	case x.turn <- struct{}{}:
 	case <-ctx.Done():
-		return action.Result{PageRevision: x.PageRevision()}, action.Errorf(action.CodeTimeout, "%s timed out while the session switched tabs", a.Kind)
+		return action.Result{PageRevision: x.PageRevision()}, errcode.Newf(errcode.Timeout, "%s timed out while the session switched tabs", a.Kind)
 	}
 	defer func() { <-x.turn }()
 	res, err := x.cur.Load().Execute(ctx, producerID, a)
-	var ae *action.Error
-	if errors.As(err, &ae) && ae.Code == action.CodeClosed && x.live() {
+	var ae *errcode.Error
+	if errors.As(err, &ae) && ae.Code == errcode.SessionClosed && x.live() {
 		// The tab closed under the action while the session lives on: a
 		// click on a button that calls window.close(). The event reached
 		// the page; the session shows another tab next.
@@ -213,7 +214,7 @@ func (s *Session) SwitchPage(ctx context.Context, targetID string) error {
 }
 
 // TabNew opens url (policy-checked like navigate: a refused URL is an
-// *action.Error navigation_blocked) in a new tab of the session's browser
+// *errcode.Error navigation_blocked) in a new tab of the session's browser
 // context and, unless background, switches to it. It returns once the new
 // document committed.
 func (s *Session) TabNew(ctx context.Context, url string, background bool) (TabInfo, error) {

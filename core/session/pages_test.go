@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/input"
 )
 
@@ -131,7 +132,7 @@ func TestSwitchPage(t *testing.T) {
 		t.Errorf("snapshot: tabs %d url %q revision %d", snap.Tabs, snap.URL, snap.PageRevision)
 	}
 	// A coordinate action aimed at page A is stale now; keys go to page B.
-	if k := submitWait(t, p, 2, action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "left", ClickCount: 1, PageRevision: revA}); k.Code != action.CodeStalePage {
+	if k := submitWait(t, p, 2, action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "left", ClickCount: 1, PageRevision: revA}); k.Code != errcode.StalePage {
 		t.Errorf("pointer_down on the old revision: %+v", k)
 	}
 	if k := submitWait(t, p, 2, action.Action{Kind: action.KeyDown, Key: "x", Code: "KeyX"}); k.Status != dispatch.StatusCompleted {

@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/page"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,11 +16,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+
 	"github.com/pion/webrtc/v4"
-	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/egress"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/plugins/capture"
@@ -633,7 +634,7 @@ func (s *Session) Navigate(ctx context.Context, url string) error {
 		// A page that does not load is the URL's problem, not the
 		// appliance's: say so with Chromium's net error code (never the URL).
 		if code := netErrRE.FindString(err.Error()); code != "" {
-			return &action.Error{Code: action.CodeFailed, Message: "the page did not load: " + code}
+			return errcode.New(errcode.Failed, "the page did not load: "+code)
 		}
 		return fmt.Errorf("navigate: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/signaling"
 	"github.com/tabcast/tabcast/core/wire"
 )
@@ -84,7 +85,7 @@ func TestAccessWithdrawnEndsTheConnection(t *testing.T) {
 	start := time.Now()
 	fa.set(false, false)
 	f := v.next("error", time.Second, v.handle)
-	if f.Code != signaling.CodePermissionDenied {
+	if f.Code != errcode.PermissionDenied {
 		t.Fatalf("error %+v", f)
 	}
 	if st := v.waitClosed(time.Second); st != signaling.ClosePermissionDenied {
@@ -110,14 +111,14 @@ func TestAccessNarrowedKeepsVideo(t *testing.T) {
 	in := e.media.lastInput()
 	fa.set(true, false)
 	f := v.next("error", time.Second, v.handle)
-	if f.Code != signaling.CodePermissionDenied {
+	if f.Code != errcode.PermissionDenied {
 		t.Fatalf("error %+v", f)
 	}
 	waitFor(t, time.Second, "the producer to end", func() bool { return in.closes.Load() == 1 })
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.TextInsert, Text: "after"}, nil))
-	dv.expectAck(t, "", wire.StatusRejected, signaling.CodePermissionDenied)
+	dv.expectAck(t, "", wire.StatusRejected, errcode.PermissionDenied)
 	dv.sendRaw(t, wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove, X: 0.5, Y: 0.5}, nil))
-	dv.expectAck(t, "", wire.StatusRejected, signaling.CodePermissionDenied)
+	dv.expectAck(t, "", wire.StatusRejected, errcode.PermissionDenied)
 	// Submitted once (the text before), never after.
 	in.next(t, time.Second)
 	in.none(t)
@@ -137,7 +138,7 @@ func TestAccessWithdrawnBeforeHello(t *testing.T) {
 	e := newEnv(t, "vp8")
 	e.viewer.Store(&signaling.Viewer{Name: "local", Input: true, Access: newFakeAccess(false, false)})
 	c := dial(t, e.wsURL("s1"))
-	c.expectError(signaling.CodePermissionDenied)
+	c.expectError(errcode.PermissionDenied)
 	if st := c.waitClosed(2 * time.Second); st != signaling.ClosePermissionDenied {
 		t.Errorf("close status %v", st)
 	}
@@ -148,7 +149,7 @@ func TestAccessWithdrawnBeforeHello(t *testing.T) {
 	// Input already withdrawn at hello: the viewer watches, view only.
 	e.viewer.Store(&signaling.Viewer{Name: "local", Input: true, Access: newFakeAccess(true, false)})
 	v, w := connectViewer(t, e.wsURL("s1"), map[string]any{"type": "hello", "codec": "vp8", "interactive": true})
-	if w.Interactive || w.InputError != wire.CodeViewOnly || e.media.inputCount() != 0 {
+	if w.Interactive || w.InputError != errcode.ViewOnly || e.media.inputCount() != 0 {
 		t.Errorf("welcome %+v, %d inputs", w, e.media.inputCount())
 	}
 	v.expectPong()

@@ -3,6 +3,7 @@ package signaling
 import (
 	"slices"
 
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/core/wire"
 )
@@ -57,9 +58,9 @@ func (c *conn) onInput(channel string, b []byte) {
 	if err == nil {
 		switch {
 		case denied:
-			err = &wire.Error{Code: CodePermissionDenied, Message: "your right to act on this session was withdrawn"}
+			err = errcode.New(errcode.PermissionDenied, "your right to act on this session was withdrawn")
 		case in == nil || ended:
-			err = &wire.Error{Code: wire.CodeStaleGeneration, Message: "this connection's producer has ended"}
+			err = errcode.New(errcode.StaleGeneration, "this connection's producer has ended")
 		default:
 			err = checkIdentity(e, c.sessionID, p.ID(), connGen, in)
 		}
@@ -84,11 +85,11 @@ func checkIdentity(e wire.Envelope, sessionID, peerID string, connGen uint64, in
 	id, gen := in.Producer()
 	switch {
 	case e.BrowserSessionID != sessionID || e.PeerID != peerID || e.ProducerID != id:
-		return &wire.Error{Code: wire.CodeWrongIdentity, Message: "browserSessionId, peerId or producerId is not this connection's"}
+		return errcode.New(errcode.WrongIdentity, "browserSessionId, peerId or producerId is not this connection's")
 	case e.ConnectionGeneration != connGen:
-		return &wire.Error{Code: wire.CodeStaleGeneration, Message: "connectionGeneration is not this connection's"}
+		return errcode.New(errcode.StaleGeneration, "connectionGeneration is not this connection's")
 	case e.ProducerGeneration != gen:
-		return &wire.Error{Code: wire.CodeStaleGeneration, Message: "producerGeneration is not the current one"}
+		return errcode.New(errcode.StaleGeneration, "producerGeneration is not the current one")
 	}
 	return nil
 }
@@ -104,7 +105,7 @@ func (c *conn) sendAck(p *peer.Peer, a wire.Ack) {
 	}
 	if limit := p.RemoteMaxMessageSize(); limit > 0 && len(data) > limit {
 		data, err = wire.EncodeAck(wire.Ack{ActionID: a.ActionID, Status: wire.StatusRejected,
-			Code: wire.CodeTooLarge, Message: "the result is larger than the viewer accepts",
+			Code: errcode.TooLarge, Message: "the result is larger than the viewer accepts",
 			ActionRevision: a.ActionRevision, PageRevision: a.PageRevision})
 		if err != nil {
 			return
@@ -123,7 +124,7 @@ func (c *conn) onChannel(label string, open bool) {
 
 // onUnhealthy: the viewer does not read its acks; the peer is closing.
 func (c *conn) onUnhealthy(reason string) {
-	c.sendError(CodeSlowConsumer, "the viewer does not read its control channel")
+	c.sendError(errcode.SlowConsumer, "the viewer does not read its control channel")
 	c.endInput("unhealthy: " + reason)
 }
 
@@ -170,7 +171,7 @@ func (c *conn) denyInput() {
 	}
 	c.endInput("access withdrawn")
 	if had {
-		c.sendError(CodePermissionDenied, "your right to act on this session was withdrawn; you may still watch")
+		c.sendError(errcode.PermissionDenied, "your right to act on this session was withdrawn; you may still watch")
 	}
 }
 
@@ -189,7 +190,7 @@ func (c *conn) withdraw() {
 	c.mu.Unlock()
 	c.log.Info("viewer's access withdrawn; disconnecting it", "user", c.viewer.Name)
 	c.endInput("access withdrawn")
-	c.sendError(CodePermissionDenied, "your access to this session was withdrawn")
+	c.sendError(errcode.PermissionDenied, "your access to this session was withdrawn")
 	c.closeWith(ClosePermissionDenied, "access withdrawn")
 	if p != nil {
 		if err := p.Close(); err != nil {

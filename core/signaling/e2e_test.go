@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/media"
 	"github.com/tabcast/tabcast/core/peer/peertest"
 	"github.com/tabcast/tabcast/core/signaling"
@@ -121,7 +122,7 @@ func TestCodecChoice(t *testing.T) {
 	vp8only := newEnv(t, "vp8")
 	c := dial(t, vp8only.wsURL("s1"))
 	c.send(map[string]any{"type": "hello", "codec": "h264", "codecs": bothCodecs})
-	c.expectError(signaling.CodeCodecUnsupported)
+	c.expectError(errcode.CodecUnsupported)
 	c.expectPong()
 	c.send(map[string]any{"type": "hello", "codec": "auto", "codecs": bothCodecs})
 	if f := c.next("welcome", 5*time.Second, nil); f.Codec != "vp8" {
@@ -139,20 +140,20 @@ func TestMalformedMessages(t *testing.T) {
 		msg  string
 		code string
 	}{
-		{`this is not json`, signaling.CodeBadJSON},
-		{`{"type":"hello"`, signaling.CodeBadJSON},
-		{`{"type":7}`, signaling.CodeBadField},
-		{`{"sdp":"x"}`, signaling.CodeBadField},
-		{`{"type":"launch-missiles"}`, signaling.CodeUnknownType},
-		{`{"type":"hello","codec":"h265"}`, signaling.CodeBadField},
-		{`{"type":"hello","codecs":{"h264":true}}`, signaling.CodeBadField},
-		{`{"type":"answer","sdp":"v=0"}`, signaling.CodeBadState},
-		{`{"type":"candidate","candidate":{"candidate":"candidate:1 1 udp 1 127.0.0.1 9 typ host"}}`, signaling.CodeBadState},
-		{`{"type":"keyframe"}`, signaling.CodeBadState},
-		{`{"type":"candidate","candidate":"nope"}`, signaling.CodeBadField},
-		{`{"type":"ping","pad":"` + strings.Repeat("x", 70<<10) + `"}`, signaling.CodeTooLarge},
-		{`{"type":"answer","sdp":"` + strings.Repeat("a", 65<<10) + `"}`, signaling.CodeSDPTooLarge},
-		{`{"type":"answer","sdp":"` + strings.Repeat("a", 300<<10) + `"}`, signaling.CodeTooLarge},
+		{`this is not json`, errcode.BadJSON},
+		{`{"type":"hello"`, errcode.BadJSON},
+		{`{"type":7}`, errcode.BadField},
+		{`{"sdp":"x"}`, errcode.BadField},
+		{`{"type":"launch-missiles"}`, errcode.UnknownType},
+		{`{"type":"hello","codec":"h265"}`, errcode.BadField},
+		{`{"type":"hello","codecs":{"h264":true}}`, errcode.BadField},
+		{`{"type":"answer","sdp":"v=0"}`, errcode.BadState},
+		{`{"type":"candidate","candidate":{"candidate":"candidate:1 1 udp 1 127.0.0.1 9 typ host"}}`, errcode.BadState},
+		{`{"type":"keyframe"}`, errcode.BadState},
+		{`{"type":"candidate","candidate":"nope"}`, errcode.BadField},
+		{`{"type":"ping","pad":"` + strings.Repeat("x", 70<<10) + `"}`, errcode.TooLarge},
+		{`{"type":"answer","sdp":"` + strings.Repeat("a", 65<<10) + `"}`, errcode.SDPTooLarge},
+		{`{"type":"answer","sdp":"` + strings.Repeat("a", 300<<10) + `"}`, errcode.TooLarge},
 	}
 	for _, b := range bad {
 		c.sendRaw([]byte(b.msg))
@@ -168,7 +169,7 @@ func TestMalformedMessages(t *testing.T) {
 	if err := c.ws.Write(ctx, websocket.MessageBinary, []byte(`{"type":"ping"}`)); err != nil {
 		t.Fatal(err)
 	}
-	c.expectError(signaling.CodeBadJSON)
+	c.expectError(errcode.BadJSON)
 	c.expectPong()
 
 	// After hello: a second hello, a bad SDP.
@@ -176,9 +177,9 @@ func TestMalformedMessages(t *testing.T) {
 	c.next("welcome", 5*time.Second, nil)
 	c.next("offer", 5*time.Second, nil)
 	c.send(map[string]any{"type": "hello", "codec": "vp8"})
-	c.expectError(signaling.CodeBadState)
+	c.expectError(errcode.BadState)
 	c.send(map[string]any{"type": "answer", "sdp": "not an sdp at all"})
-	c.expectError(signaling.CodeBadField)
+	c.expectError(errcode.BadField)
 	c.expectPong()
 
 	// Over the 1 MiB read limit the socket is closed (1009).
@@ -219,7 +220,7 @@ func TestTooManyCandidates(t *testing.T) {
 	c.send(map[string]any{"type": "candidate", "candidate": map[string]any{
 		"candidate": "candidate:99 1 udp 2130706431 127.0.0.1 42000 typ host", "sdpMid": "0", "sdpMLineIndex": 0,
 	}})
-	c.expectError(signaling.CodeTooManyCandidates)
+	c.expectError(errcode.TooManyCandidates)
 	c.expectPong()
 }
 
@@ -258,7 +259,7 @@ func TestCandidatesBeforeTheAnswerAreKept(t *testing.T) {
 		early(i)
 	}
 	early(50)
-	c.expectError(signaling.CodeTooManyCandidates)
+	c.expectError(errcode.TooManyCandidates)
 
 	// Before the answer the bound holds too.
 	c2 := dial(t, e.wsURL("s1"))
@@ -270,14 +271,14 @@ func TestCandidatesBeforeTheAnswerAreKept(t *testing.T) {
 		c2.send(map[string]any{"type": "candidate", "candidate": map[string]any{"candidate": cand, "sdpMid": "0", "sdpMLineIndex": 0}})
 	}
 	c2.send(map[string]any{"type": "candidate", "candidate": map[string]any{"candidate": "candidate:99 1 udp 1 127.0.0.1 9 typ host", "sdpMid": "0", "sdpMLineIndex": 0}})
-	c2.expectError(signaling.CodeTooManyCandidates)
+	c2.expectError(errcode.TooManyCandidates)
 	c2.expectPong()
 }
 
 func TestUnknownSession(t *testing.T) {
 	e := newEnv(t, "vp8")
 	c := dial(t, e.wsURL("nope"))
-	c.expectError(signaling.CodeSessionNotFound)
+	c.expectError(errcode.SessionNotFound)
 	if st := c.waitClosed(5 * time.Second); st != signaling.CloseSessionNotFound {
 		t.Fatalf("close status %v", st)
 	}
@@ -289,7 +290,7 @@ func TestSessionEnded(t *testing.T) {
 	e := newEnv(t, "vp8")
 	v, _ := connectViewer(t, e.wsURL("s1"), map[string]any{"type": "hello", "codec": "vp8", "codecs": []string{"vp8"}})
 	e.media.end()
-	v.expectError(signaling.CodeSessionEnded)
+	v.expectError(errcode.SessionEnded)
 	if st := v.waitClosed(5 * time.Second); st != websocket.StatusNormalClosure {
 		t.Fatalf("close status %v", st)
 	}
@@ -300,7 +301,7 @@ func TestCapacityExceeded(t *testing.T) {
 	e.media.full.Store(true)
 	c := dial(t, e.wsURL("s1"))
 	c.send(map[string]any{"type": "hello"})
-	c.expectError(signaling.CodeCapacityExceeded)
+	c.expectError(errcode.CapacityExceeded)
 	c.expectPong()
 }
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 var decodeSeeds = []string{
@@ -68,8 +70,8 @@ var decodeSeeds = []string{
 }
 
 var validCodes = map[string]bool{
-	CodeBadJSON: true, CodeUnknownType: true, CodeBadField: true, CodeTooLarge: true,
-	CodeSDPTooLarge: true,
+	errcode.BadJSON: true, errcode.UnknownType: true, errcode.BadField: true, errcode.TooLarge: true,
+	errcode.SDPTooLarge: true,
 }
 
 func FuzzDecode(f *testing.F) {
@@ -79,7 +81,7 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := Decode(data)
 		if err != nil {
-			var pe *Error
+			var pe *errcode.Error
 			if !errors.As(err, &pe) {
 				t.Fatalf("error %v is not a protocol error", err)
 			}
@@ -128,20 +130,20 @@ func TestDecodeCodes(t *testing.T) {
 		{`{"type":"keyframe"}`, ""},
 		{`{"type":"answer","sdp":"v=0\r\n"}`, ""},
 		{`{"type":"candidate","candidate":{"candidate":"candidate:1 1 udp 1 127.0.0.1 9 typ host","sdpMid":"0","sdpMLineIndex":0}}`, ""},
-		{`not json`, CodeBadJSON},
-		{`{"type":"hello"`, CodeBadJSON},
-		{`[1]`, CodeBadJSON},
-		{`{"type":"nope"}`, CodeUnknownType},
-		{`{"codec":"vp8"}`, CodeBadField},
-		{`{"type":1}`, CodeBadField},
-		{`{"type":"hello","codec":"av1"}`, CodeBadField},
-		{`{"type":"hello","codecs":"vp8"}`, CodeBadField},
-		{`{"type":"hello","interactive":1}`, CodeBadField},
-		{`{"type":"answer","sdp":1}`, CodeBadField},
-		{`{"type":"candidate","candidate":{"candidate":"x","sdpMLineIndex":-1}}`, CodeBadField},
-		{`{"type":"ping","pad":"` + strings.Repeat("x", MaxMessageSize) + `"}`, CodeTooLarge},
-		{`{"type":"answer","sdp":"` + strings.Repeat("a", MaxSDPSize+1) + `"}`, CodeSDPTooLarge},
-		{`{"type":"answer","sdp":"` + strings.Repeat("a", MaxAnswerMessageSize) + `"}`, CodeTooLarge},
+		{`not json`, errcode.BadJSON},
+		{`{"type":"hello"`, errcode.BadJSON},
+		{`[1]`, errcode.BadJSON},
+		{`{"type":"nope"}`, errcode.UnknownType},
+		{`{"codec":"vp8"}`, errcode.BadField},
+		{`{"type":1}`, errcode.BadField},
+		{`{"type":"hello","codec":"av1"}`, errcode.BadField},
+		{`{"type":"hello","codecs":"vp8"}`, errcode.BadField},
+		{`{"type":"hello","interactive":1}`, errcode.BadField},
+		{`{"type":"answer","sdp":1}`, errcode.BadField},
+		{`{"type":"candidate","candidate":{"candidate":"x","sdpMLineIndex":-1}}`, errcode.BadField},
+		{`{"type":"ping","pad":"` + strings.Repeat("x", MaxMessageSize) + `"}`, errcode.TooLarge},
+		{`{"type":"answer","sdp":"` + strings.Repeat("a", MaxSDPSize+1) + `"}`, errcode.SDPTooLarge},
+		{`{"type":"answer","sdp":"` + strings.Repeat("a", MaxAnswerMessageSize) + `"}`, errcode.TooLarge},
 	}
 	if m, err := Decode([]byte(`{"type":"hello","interactive":false}`)); err != nil || m.Interactive {
 		t.Errorf("interactive:false: %+v %v", m, err)
@@ -172,13 +174,13 @@ func TestChooseCodec(t *testing.T) {
 		{"auto", []string{"vp8"}, both, "vp8", ""},
 		{"auto", both, []string{"vp8"}, "vp8", ""},
 		{"auto", nil, both, "h264", ""},
-		{"auto", []string{"av1"}, both, "", CodeCodecUnsupported},
+		{"auto", []string{"av1"}, both, "", errcode.CodecUnsupported},
 		// The session's order is its preference (VP8 first under tab capture).
 		{"auto", both, []string{"vp8", "h264"}, "vp8", ""},
 		{"auto", []string{"h264"}, []string{"vp8", "h264"}, "h264", ""},
 		{"vp8", both, both, "vp8", ""},
-		{"h264", []string{"vp8"}, both, "", CodeCodecUnsupported},
-		{"h264", both, []string{"vp8"}, "", CodeCodecUnsupported},
+		{"h264", []string{"vp8"}, both, "", errcode.CodecUnsupported},
+		{"h264", both, []string{"vp8"}, "", errcode.CodecUnsupported},
 	}
 	for _, c := range cases {
 		got, err := chooseCodec(c.want, c.viewer, c.source)

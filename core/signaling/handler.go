@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/core/telemetry"
 	"github.com/tabcast/tabcast/core/wire"
@@ -323,11 +324,11 @@ func (c *conn) serve() string {
 	media, err := c.h.o.Sessions.Media(c.sessionID)
 	if err != nil {
 		if errors.Is(err, ErrSessionNotFound) {
-			c.sendError(CodeSessionNotFound, "no such session")
+			c.sendError(errcode.SessionNotFound, "no such session")
 			c.closeWith(CloseSessionNotFound, "session not found")
 		} else {
 			c.log.Warn("session lookup failed", "err", err)
-			c.sendError(CodeInternal, "session lookup failed")
+			c.sendError(errcode.Internal, "session lookup failed")
 			c.closeWith(websocket.StatusInternalError, "session lookup failed")
 		}
 		c.drain()
@@ -340,7 +341,7 @@ func (c *conn) serve() string {
 		ph := c.phase
 		c.mu.Unlock()
 		if ph == phaseHello {
-			c.sendError(CodeBadState, "no hello in time")
+			c.sendError(errcode.BadState, "no hello in time")
 			c.closeWith(websocket.StatusPolicyViolation, "no hello")
 		}
 	})
@@ -351,7 +352,7 @@ func (c *conn) serve() string {
 			return readEndReason(err)
 		}
 		if typ != websocket.MessageText {
-			c.sendError(CodeBadJSON, "binary frames are not accepted")
+			c.sendError(errcode.BadJSON, "binary frames are not accepted")
 			continue
 		}
 		m, err := Decode(data)
@@ -394,7 +395,7 @@ func readEndReason(err error) string {
 }
 
 func messageOf(err error) string {
-	var pe *Error
+	var pe *errcode.Error
 	if errors.As(err, &pe) {
 		return pe.Message
 	}
@@ -414,7 +415,7 @@ func (c *conn) handle(m Message) error {
 		codec, ph := c.codec, c.phase
 		c.mu.Unlock()
 		if ph == phaseHello {
-			return protoErr(CodeBadState, "keyframe before hello")
+			return errcode.Newf(errcode.BadState, "keyframe before hello")
 		}
 		c.media.RequestKeyframe(codec)
 		return nil
@@ -425,7 +426,7 @@ func (c *conn) handle(m Message) error {
 		c.closeWith(websocket.StatusNormalClosure, "bye")
 		return nil
 	}
-	return protoErr(CodeUnknownType, "unknown message type")
+	return errcode.Newf(errcode.UnknownType, "unknown message type")
 }
 
 // chooseCodec applies the codec rule of the protocol: auto takes the first
@@ -442,13 +443,13 @@ func chooseCodec(want string, viewer, source []string) (string, error) {
 				return c, nil
 			}
 		}
-		return "", protoErr(CodeCodecUnsupported, "no codec both the viewer and the session support")
+		return "", errcode.Newf(errcode.CodecUnsupported, "no codec both the viewer and the session support")
 	default:
 		if !viewerHas(want) {
-			return "", protoErr(CodeCodecUnsupported, "the viewer did not list %s", want)
+			return "", errcode.Newf(errcode.CodecUnsupported, "the viewer did not list %s", want)
 		}
 		if !slices.Contains(source, want) {
-			return "", protoErr(CodeCodecUnsupported, "the session cannot produce %s", want)
+			return "", errcode.Newf(errcode.CodecUnsupported, "the session cannot produce %s", want)
 		}
 		return want, nil
 	}
@@ -459,10 +460,10 @@ func (c *conn) hello(m Message) error {
 	ph, withdrawn, denied := c.phase, c.withdrawn, c.inputDenied
 	c.mu.Unlock()
 	if ph != phaseHello {
-		return protoErr(CodeBadState, "second hello")
+		return errcode.Newf(errcode.BadState, "second hello")
 	}
 	if withdrawn {
-		return protoErr(CodePermissionDenied, "your access to this session was withdrawn")
+		return errcode.Newf(errcode.PermissionDenied, "your access to this session was withdrawn")
 	}
 	codec, err := chooseCodec(m.Codec, m.Codecs, c.media.Codecs())
 	if err != nil {
@@ -471,13 +472,13 @@ func (c *conn) hello(m Message) error {
 	track, release, err := c.media.Subscribe(codec)
 	if err != nil {
 		if errors.Is(err, ErrCapacity) {
-			return protoErr(CodeCapacityExceeded, "no capacity for another viewer")
+			return errcode.Newf(errcode.CapacityExceeded, "no capacity for another viewer")
 		}
 		if errors.Is(err, ErrSessionNotFound) {
-			return protoErr(CodeSessionNotFound, "session is gone")
+			return errcode.Newf(errcode.SessionNotFound, "session is gone")
 		}
 		c.log.Warn("subscribe failed", "codec", codec, "err", err)
-		return protoErr(CodeInternal, "could not start the video")
+		return errcode.Newf(errcode.Internal, "could not start the video")
 	}
 	var (
 		in       Input
@@ -485,13 +486,13 @@ func (c *conn) hello(m Message) error {
 	)
 	switch {
 	case m.Interactive && (!c.viewer.Input || denied):
-		inputErr = wire.CodeViewOnly
+		inputErr = errcode.ViewOnly
 	case m.Interactive:
 		in, err = c.media.OpenInput(c.viewer.Name, c.onState)
 		if err != nil {
 			// The viewer still watches; welcome says why it cannot act.
 			inputErr = inputErrorCode(err)
-			if inputErr == CodeInternal {
+			if inputErr == errcode.Internal {
 				c.log.Warn("open input failed", "err", err)
 			}
 			in = nil
@@ -516,7 +517,7 @@ func (c *conn) hello(m Message) error {
 		}
 		release()
 		c.log.Warn("new peer failed", "err", err)
-		return protoErr(CodeInternal, "could not create the peer")
+		return errcode.Newf(errcode.Internal, "could not create the peer")
 	}
 	c.mu.Lock()
 	if c.withdrawn {
@@ -527,12 +528,12 @@ func (c *conn) hello(m Message) error {
 		}
 		_ = p.Close()
 		release()
-		return protoErr(CodePermissionDenied, "your access to this session was withdrawn")
+		return errcode.Newf(errcode.PermissionDenied, "your access to this session was withdrawn")
 	}
 	var late Input
 	if in != nil && c.inputClosed {
 		// The input was withdrawn while it was being opened.
-		late, in, inputErr = in, nil, CodePermissionDenied
+		late, in, inputErr = in, nil, errcode.PermissionDenied
 	}
 	c.peer, c.release, c.codec, c.phase = p, release, codec, phaseOffered
 	c.connGen, c.input = connGen, in
@@ -587,7 +588,7 @@ func (c *conn) hello(m Message) error {
 	offer, err := p.CreateOffer()
 	if err != nil {
 		c.log.Warn("create offer failed", "err", err)
-		c.sendError(CodeInternal, "could not create the offer")
+		c.sendError(errcode.Internal, "could not create the offer")
 		c.closeWith(websocket.StatusInternalError, "offer failed")
 		return nil
 	}
@@ -607,18 +608,18 @@ func (c *conn) answer(m Message) error {
 	p, ph := c.peer, c.phase
 	c.mu.Unlock()
 	if ph != phaseOffered {
-		return protoErr(CodeBadState, "answer without a pending offer")
+		return errcode.Newf(errcode.BadState, "answer without a pending offer")
 	}
 	if err := p.SetAnswer(m.SDP); err != nil {
 		switch {
 		case errors.Is(err, peer.ErrSDPTooLarge):
-			return protoErr(CodeSDPTooLarge, "sdp over %d bytes", MaxSDPSize)
+			return errcode.Newf(errcode.SDPTooLarge, "sdp over %d bytes", MaxSDPSize)
 		case errors.Is(err, peer.ErrBadSDP):
-			return protoErr(CodeBadField, "sdp is not a valid answer to the offer")
+			return errcode.Newf(errcode.BadField, "sdp is not a valid answer to the offer")
 		case errors.Is(err, peer.ErrBadState):
-			return protoErr(CodeBadState, "answer without a pending offer")
+			return errcode.Newf(errcode.BadState, "answer without a pending offer")
 		default:
-			return protoErr(CodeInternal, "could not apply the answer")
+			return errcode.Newf(errcode.Internal, "could not apply the answer")
 		}
 	}
 	c.mu.Lock()
@@ -640,14 +641,14 @@ func (c *conn) candidate(m Message) error {
 	if ph == phaseOffered {
 		defer c.mu.Unlock()
 		if len(c.early) >= peer.MaxCandidates {
-			return protoErr(CodeTooManyCandidates, "over %d candidates", peer.MaxCandidates)
+			return errcode.Newf(errcode.TooManyCandidates, "over %d candidates", peer.MaxCandidates)
 		}
 		c.early = append(c.early, m.Candidate)
 		return nil
 	}
 	c.mu.Unlock()
 	if ph != phaseAnswered {
-		return protoErr(CodeBadState, "candidate before offer")
+		return errcode.Newf(errcode.BadState, "candidate before offer")
 	}
 	if err := addCandidate(p, m.Candidate); err != nil {
 		return err
@@ -657,17 +658,17 @@ func (c *conn) candidate(m Message) error {
 
 // addCandidate adds one of the viewer's candidates to p; the error carries
 // the protocol code.
-func addCandidate(p *peer.Peer, cand webrtc.ICECandidateInit) *Error {
+func addCandidate(p *peer.Peer, cand webrtc.ICECandidateInit) *errcode.Error {
 	if err := p.AddCandidate(cand); err != nil {
 		switch {
 		case errors.Is(err, peer.ErrTooManyCandidates):
-			return protoErr(CodeTooManyCandidates, "over %d candidates", peer.MaxCandidates)
+			return errcode.Newf(errcode.TooManyCandidates, "over %d candidates", peer.MaxCandidates)
 		case errors.Is(err, peer.ErrBadCandidate):
-			return protoErr(CodeBadField, "candidate does not parse")
+			return errcode.Newf(errcode.BadField, "candidate does not parse")
 		case errors.Is(err, peer.ErrBadState):
-			return protoErr(CodeBadState, "candidate before answer")
+			return errcode.Newf(errcode.BadState, "candidate before answer")
 		default:
-			return protoErr(CodeInternal, "could not add the candidate")
+			return errcode.Newf(errcode.Internal, "could not add the candidate")
 		}
 	}
 	return nil
@@ -776,7 +777,7 @@ func (c *conn) writer() {
 func (c *conn) watchSession(done <-chan struct{}) {
 	select {
 	case <-done:
-		c.sendError(CodeSessionEnded, "the session ended")
+		c.sendError(errcode.SessionEnded, "the session ended")
 		c.closeWith(websocket.StatusNormalClosure, "session ended")
 	case <-c.ctx.Done():
 	}

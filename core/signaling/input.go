@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/wire"
 )
 
@@ -94,12 +95,12 @@ func viewerFrom(ctx context.Context) Viewer {
 func inputErrorCode(err error) string {
 	switch {
 	case errors.Is(err, ErrCapacity):
-		return CodeCapacityExceeded
+		return errcode.CapacityExceeded
 	case errors.Is(err, ErrNotInteractive):
-		return wire.CodeNotInteractive
+		return errcode.NotInteractive
 	case errors.Is(err, ErrSessionNotFound):
-		return CodeSessionNotFound
+		return errcode.SessionNotFound
 	default:
-		return CodeInternal
+		return errcode.Internal
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/peer/peertest"
 	"github.com/tabcast/tabcast/core/signaling"
 	"github.com/tabcast/tabcast/core/wire"
@@ -227,19 +228,19 @@ func TestInputEndToEnd(t *testing.T) {
 		code          string
 		actionID      string
 	}{
-		{"bad version", wire.ChannelControl, []byte(`{"x":1}`), wire.CodeBadVersion, ""},
-		{"not json", wire.ChannelControl, []byte("\x01not json"), wire.CodeBadEnvelope, ""},
-		{"empty", wire.ChannelPointer, []byte("\x01"), wire.CodeBadEnvelope, ""},
-		{"unknown kind", wire.ChannelControl, g.envelope(t, action.Action{Kind: "launch"}, func(e *wire.Envelope) { e.ActionID = "bad-1" }), wire.CodeUnknownKind, "bad-1"},
-		{"move on control", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.KeyDown}, func(e *wire.Envelope) { e.Action.Kind = action.PointerMove }), wire.CodeWrongChannel, ""},
-		{"key on pointer", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove}, func(e *wire.Envelope) { e.Action.Kind = action.KeyDown }), wire.CodeWrongChannel, ""},
-		{"pointer too large", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove, Key: strings.Repeat("k", 2000)}, nil), wire.CodeTooLarge, ""},
-		{"no seq", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.ControlSeq = 0 }), wire.CodeBadField, ""},
-		{"wrong peer", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.PeerID = "someone-else" }), wire.CodeWrongIdentity, ""},
-		{"wrong session", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.BrowserSessionID = "s2" }), wire.CodeWrongIdentity, ""},
-		{"wrong producer", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove}, func(e *wire.Envelope) { e.ProducerID = "prod-9" }), wire.CodeWrongIdentity, ""},
-		{"old producer generation", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.ProducerGeneration = 7 }), wire.CodeStaleGeneration, ""},
-		{"old connection", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.ConnectionGeneration-- }), wire.CodeStaleGeneration, ""},
+		{"bad version", wire.ChannelControl, []byte(`{"x":1}`), errcode.BadVersion, ""},
+		{"not json", wire.ChannelControl, []byte("\x01not json"), errcode.BadEnvelope, ""},
+		{"empty", wire.ChannelPointer, []byte("\x01"), errcode.BadEnvelope, ""},
+		{"unknown kind", wire.ChannelControl, g.envelope(t, action.Action{Kind: "launch"}, func(e *wire.Envelope) { e.ActionID = "bad-1" }), errcode.UnknownKind, "bad-1"},
+		{"move on control", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.KeyDown}, func(e *wire.Envelope) { e.Action.Kind = action.PointerMove }), errcode.WrongChannel, ""},
+		{"key on pointer", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove}, func(e *wire.Envelope) { e.Action.Kind = action.KeyDown }), errcode.WrongChannel, ""},
+		{"pointer too large", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove, Key: strings.Repeat("k", 2000)}, nil), errcode.TooLarge, ""},
+		{"no seq", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.ControlSeq = 0 }), errcode.BadField, ""},
+		{"wrong peer", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.PeerID = "someone-else" }), errcode.WrongIdentity, ""},
+		{"wrong session", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.BrowserSessionID = "s2" }), errcode.WrongIdentity, ""},
+		{"wrong producer", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove}, func(e *wire.Envelope) { e.ProducerID = "prod-9" }), errcode.WrongIdentity, ""},
+		{"old producer generation", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.ProducerGeneration = 7 }), errcode.StaleGeneration, ""},
+		{"old connection", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.ConnectionGeneration-- }), errcode.StaleGeneration, ""},
 	}
 	for _, b := range bad {
 		dv.sendRaw(t, b.channel, b.b)
@@ -272,7 +273,7 @@ func TestInputEndToEnd(t *testing.T) {
 		t.Fatalf("producer state %v", s)
 	}
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, nil))
-	dv.expectAck(t, "", wire.StatusRejected, wire.CodeStaleGeneration)
+	dv.expectAck(t, "", wire.StatusRejected, errcode.StaleGeneration)
 	g.prodGen, g.ctl = 2, 0
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, nil))
 	if got := in.next(t, 5*time.Second); got.ProducerGeneration != 2 || got.ControlSeq != 1 {
@@ -292,7 +293,7 @@ func TestInputEndToEnd(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "Input.Close", func() bool { return in.closes.Load() == 1 })
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, nil))
-	dv.expectAck(t, "", wire.StatusRejected, wire.CodeStaleGeneration)
+	dv.expectAck(t, "", wire.StatusRejected, errcode.StaleGeneration)
 	in.none(t)
 
 	v.send(map[string]string{"type": "bye"})
@@ -387,8 +388,8 @@ func TestInputSurvivesGarbage(t *testing.T) {
 	in := e.media.lastInput()
 	g := grantOf(w)
 	known := map[string]bool{
-		wire.CodeBadVersion: true, wire.CodeBadEnvelope: true, wire.CodeTooLarge: true, wire.CodeWrongChannel: true,
-		wire.CodeUnknownKind: true, wire.CodeBadField: true, wire.CodeWrongIdentity: true, wire.CodeStaleGeneration: true,
+		errcode.BadVersion: true, errcode.BadEnvelope: true, errcode.TooLarge: true, errcode.WrongChannel: true,
+		errcode.UnknownKind: true, errcode.BadField: true, errcode.WrongIdentity: true, errcode.StaleGeneration: true,
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	rejected, submitted := 0, 0

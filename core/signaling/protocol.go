@@ -8,10 +8,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/pion/webrtc/v4"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // Message types.
@@ -38,31 +38,6 @@ const (
 	CodecVP8  = "vp8"
 )
 
-// Error codes sent in error frames. They are stable: clients switch on them.
-const (
-	CodeBadJSON           = "bad_json"
-	CodeUnknownType       = "unknown_type"
-	CodeBadField          = "bad_field"
-	CodeTooLarge          = "too_large"
-	CodeSDPTooLarge       = "sdp_too_large"
-	CodeTooManyCandidates = "too_many_candidates"
-	CodeBadState          = "bad_state"
-	CodeCodecUnsupported  = "codec_unsupported"
-	CodeSessionNotFound   = "session_not_found"
-	CodeSessionEnded      = "session_ended"
-	CodeCapacityExceeded  = "capacity_exceeded"
-	CodePeerFailed        = "peer_failed"
-	CodeSlowConsumer      = "slow_consumer"
-	CodeInternal          = "internal"
-	CodeShuttingDown      = "shutting_down"
-	// CodePermissionDenied: the viewer's access was withdrawn while it was
-	// connected (token revoked, user deleted, password changed, invitation
-	// withdrawn: the socket then closes with ClosePermissionDenied) or
-	// narrowed (role changed: it watches on, its input is refused). Rejected
-	// input acks carry the same code.
-	CodePermissionDenied = "permission_denied"
-)
-
 // Size limits of client messages.
 const (
 	// MaxMessageSize bounds every client message except answer.
@@ -83,18 +58,10 @@ const (
 	maxMidSize       = 64
 )
 
-// Error is a protocol error with a stable code; its message never quotes
-// client input.
-type Error struct {
-	Code    string
-	Message string
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-func protoErr(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
+// Protocol errors are *errcode.Error with one of the signaling codes
+// (errcode.BadJSON … errcode.ShuttingDown, errcode.PermissionDenied); their
+// messages never quote client input. An error frame carries the code and
+// the message.
 
 // Message is one decoded client message. Only the fields of its type are
 // set.
@@ -112,33 +79,33 @@ type Message struct {
 	Candidate webrtc.ICECandidateInit
 }
 
-// Decode parses and validates one client message. Errors are *Error with
-// one of the Code* constants.
+// Decode parses and validates one client message. Errors are *errcode.Error with
+// one of the signaling codes.
 func Decode(data []byte) (Message, error) {
 	if len(data) > MaxAnswerMessageSize {
 		// No message may be this large; do not spend time parsing it.
-		return Message{}, protoErr(CodeTooLarge, "message over %d bytes", MaxAnswerMessageSize)
+		return Message{}, errcode.Newf(errcode.TooLarge, "message over %d bytes", MaxAnswerMessageSize)
 	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return Message{}, protoErr(CodeBadJSON, "message is not a JSON object")
+		return Message{}, errcode.Newf(errcode.BadJSON, "message is not a JSON object")
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &fields); err != nil {
 		// The json error may quote input; say only that it did not parse.
-		return Message{}, protoErr(CodeBadJSON, "message is not valid JSON")
+		return Message{}, errcode.Newf(errcode.BadJSON, "message is not valid JSON")
 	}
 	rawType, ok := fields["type"]
 	if !ok {
-		return Message{}, protoErr(CodeBadField, "type is missing")
+		return Message{}, errcode.Newf(errcode.BadField, "type is missing")
 	}
 	var typ string
 	if err := json.Unmarshal(rawType, &typ); err != nil {
-		return Message{}, protoErr(CodeBadField, "type is not a string")
+		return Message{}, errcode.Newf(errcode.BadField, "type is not a string")
 	}
 	m := Message{Type: typ}
 	if typ != TypeAnswer && len(data) > MaxMessageSize {
-		return Message{}, protoErr(CodeTooLarge, "message over %d bytes", MaxMessageSize)
+		return Message{}, errcode.Newf(errcode.TooLarge, "message over %d bytes", MaxMessageSize)
 	}
 	switch typ {
 	case TypeHello:
@@ -149,10 +116,10 @@ func Decode(data []byte) (Message, error) {
 			return Message{}, err
 		}
 		if len(sdp) > MaxSDPSize {
-			return Message{}, protoErr(CodeSDPTooLarge, "sdp over %d bytes", MaxSDPSize)
+			return Message{}, errcode.Newf(errcode.SDPTooLarge, "sdp over %d bytes", MaxSDPSize)
 		}
 		if strings.TrimSpace(sdp) == "" {
-			return Message{}, protoErr(CodeBadField, "sdp is empty")
+			return Message{}, errcode.Newf(errcode.BadField, "sdp is empty")
 		}
 		m.SDP = sdp
 		return m, nil
@@ -161,7 +128,7 @@ func Decode(data []byte) (Message, error) {
 	case TypeKeyframe, TypePing, TypeBye:
 		return m, nil
 	default:
-		return Message{}, protoErr(CodeUnknownType, "unknown message type")
+		return Message{}, errcode.Newf(errcode.UnknownType, "unknown message type")
 	}
 }
 
@@ -171,12 +138,12 @@ func field(fields map[string]json.RawMessage, name string, required bool, v any)
 	raw, ok := fields[name]
 	if !ok || string(raw) == "null" {
 		if required {
-			return protoErr(CodeBadField, "%s is missing", name)
+			return errcode.Newf(errcode.BadField, "%s is missing", name)
 		}
 		return nil
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return protoErr(CodeBadField, "%s has the wrong type", name)
+		return errcode.Newf(errcode.BadField, "%s has the wrong type", name)
 	}
 	return nil
 }
@@ -190,7 +157,7 @@ func decodeHello(fields map[string]json.RawMessage, m Message) (Message, error) 
 	switch codec {
 	case CodecAuto, CodecH264, CodecVP8:
 	default:
-		return Message{}, protoErr(CodeBadField, "codec must be auto, h264 or vp8")
+		return Message{}, errcode.Newf(errcode.BadField, "codec must be auto, h264 or vp8")
 	}
 	m.Codec = codec
 	m.Interactive = true
@@ -200,15 +167,15 @@ func decodeHello(fields map[string]json.RawMessage, m Message) (Message, error) 
 	if raw, ok := fields["codecs"]; ok && string(raw) != "null" {
 		var list []string
 		if err := json.Unmarshal(raw, &list); err != nil {
-			return Message{}, protoErr(CodeBadField, "codecs must be a list of strings")
+			return Message{}, errcode.Newf(errcode.BadField, "codecs must be a list of strings")
 		}
 		if len(list) > maxCodecs {
-			return Message{}, protoErr(CodeBadField, "codecs lists over %d entries", maxCodecs)
+			return Message{}, errcode.Newf(errcode.BadField, "codecs lists over %d entries", maxCodecs)
 		}
 		m.Codecs = make([]string, 0, len(list))
 		for _, c := range list {
 			if c == "" || len(c) > maxCodecName {
-				return Message{}, protoErr(CodeBadField, "codecs entry empty or over %d bytes", maxCodecName)
+				return Message{}, errcode.Newf(errcode.BadField, "codecs entry empty or over %d bytes", maxCodecName)
 			}
 			m.Codecs = append(m.Codecs, strings.ToLower(c))
 		}
@@ -225,25 +192,25 @@ func decodeCandidate(fields map[string]json.RawMessage, m Message) (Message, err
 	}
 	raw, ok := fields["candidate"]
 	if !ok || string(raw) == "null" {
-		return Message{}, protoErr(CodeBadField, "candidate is missing")
+		return Message{}, errcode.Newf(errcode.BadField, "candidate is missing")
 	}
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		return Message{}, protoErr(CodeBadField, "candidate must be an object")
+		return Message{}, errcode.Newf(errcode.BadField, "candidate must be an object")
 	}
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return Message{}, protoErr(CodeBadField, "candidate has a field of the wrong type")
+		return Message{}, errcode.Newf(errcode.BadField, "candidate has a field of the wrong type")
 	}
 	if c.Candidate == nil {
-		return Message{}, protoErr(CodeBadField, "candidate.candidate is missing")
+		return Message{}, errcode.Newf(errcode.BadField, "candidate.candidate is missing")
 	}
 	if len(*c.Candidate) > maxCandidateSize {
-		return Message{}, protoErr(CodeBadField, "candidate.candidate over %d bytes", maxCandidateSize)
+		return Message{}, errcode.Newf(errcode.BadField, "candidate.candidate over %d bytes", maxCandidateSize)
 	}
 	if c.SDPMid != nil && len(*c.SDPMid) > maxMidSize {
-		return Message{}, protoErr(CodeBadField, "candidate.sdpMid over %d bytes", maxMidSize)
+		return Message{}, errcode.Newf(errcode.BadField, "candidate.sdpMid over %d bytes", maxMidSize)
 	}
 	if c.UsernameFragment != nil && len(*c.UsernameFragment) > maxCandidateSize {
-		return Message{}, protoErr(CodeBadField, "candidate.usernameFragment too long")
+		return Message{}, errcode.Newf(errcode.BadField, "candidate.usernameFragment too long")
 	}
 	m.Candidate = webrtc.ICECandidateInit{
 		Candidate: *c.Candidate, SDPMid: c.SDPMid, SDPMLineIndex: c.SDPMLineIndex,
@@ -252,13 +219,13 @@ func decodeCandidate(fields map[string]json.RawMessage, m Message) (Message, err
 	return m, nil
 }
 
-// errorCode returns the code of a protocol error, or CodeInternal.
+// errorCode returns the code of a protocol error, or errcode.Internal.
 func errorCode(err error) string {
-	var pe *Error
+	var pe *errcode.Error
 	if errors.As(err, &pe) {
 		return pe.Code
 	}
-	return CodeInternal
+	return errcode.Internal
 }
 
 // Server messages.

@@ -17,12 +17,13 @@ import (
 	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // Element is a handle on one DOM element: its backend node id in the CDP
 // session of its frame's target. It does not keep the element alive; every
 // operation checks that the element is still in its document and fails with
-// CodeStaleRef otherwise.
+// errcode.StaleRef otherwise.
 type Element struct {
 	Ref           string            // the ref it was resolved from, if any
 	BackendNodeID cdp.BackendNodeID // identity in its renderer
@@ -190,7 +191,7 @@ func releaseGroup(ctx context.Context, s cdp.Session, group string) {
 	}()
 }
 
-// check fails with CodeStaleRef unless the element is in its document.
+// check fails with errcode.StaleRef unless the element is in its document.
 func (e *Element) check(ctx context.Context) error {
 	return e.call(ctx, `function(){ return true; }`, nil)
 }
@@ -306,7 +307,7 @@ func (e *Element) Box(ctx context.Context) (Rect, error) {
 	}
 	bm, err := cdp.Call(ctx, e.Session, dom.GetBoxModel, dom.GetBoxModelParams{BackendNodeID: e.BackendNodeID})
 	if err != nil || bm.Model == nil {
-		return Rect{}, newErr(CodeNotVisible, "the element is not rendered (display:none?)", "%s has no box", e.label())
+		return Rect{}, newErr(errcode.NotVisible, "the element is not rendered (display:none?)", "%s has no box", e.label())
 	}
 	r := quadRect(bm.Model.Border)
 	ox, oy, err := frameOffset(ctx, e.frame)
@@ -353,7 +354,7 @@ func frameOffset(ctx context.Context, f *frameInfo) (float64, float64, error) {
 		}
 		bm, err := cdp.Call(ctx, f.parent.sess, dom.GetBoxModel, dom.GetBoxModelParams{BackendNodeID: f.owner})
 		if err != nil || bm.Model == nil || len(bm.Model.Content) < 2 {
-			return 0, 0, newErr(CodeNotVisible, "the iframe holding the element is not rendered", "iframe of frame %s has no box: %v", f.id, err)
+			return 0, 0, newErr(errcode.NotVisible, "the iframe holding the element is not rendered", "iframe of frame %s has no box: %v", f.id, err)
 		}
 		ox += bm.Model.Content[0]
 		oy += bm.Model.Content[1]
@@ -365,8 +366,8 @@ func frameOffset(ctx context.Context, f *frameInfo) (float64, float64, error) {
 // of its largest content quad in top-level viewport CSS pixels (translated
 // through OOPIF owners). The point is hit-tested: it must hit the element
 // or a descendant (or a label of it), and every OOPIF owner on the way up
-// must be hit at the translated point; otherwise CodeObscured. An element
-// with no box is CodeNotVisible. It does not dispatch input.
+// must be hit at the translated point; otherwise errcode.Obscured. An element
+// with no box is errcode.NotVisible. It does not dispatch input.
 func ClickPoint(ctx context.Context, e *Element) (x, y float64, err error) {
 	if e.frame == nil || e.frame.parent == nil {
 		return clickPointMain(ctx, e)
@@ -398,7 +399,7 @@ func ClickPoint(ctx context.Context, e *Element) (x, y float64, err error) {
 					err = errors.New("no content box")
 				}
 				if err != nil {
-					errs[i] = newErr(CodeNotVisible, "the iframe holding the element is not rendered", "iframe of frame %s has no box: %v", f.id, err)
+					errs[i] = newErr(errcode.NotVisible, "the iframe holding the element is not rendered", "iframe of frame %s has no box: %v", f.id, err)
 					return
 				}
 				boxes[i] = bm.Model.Content
@@ -418,10 +419,10 @@ func ClickPoint(ctx context.Context, e *Element) (x, y float64, err error) {
 		return 0, 0, visErr
 	}
 	if !vis {
-		return 0, 0, newErr(CodeNotVisible, "the element is hidden by CSS", "%s is not visible", e.label())
+		return 0, 0, newErr(errcode.NotVisible, "the element is hidden by CSS", "%s is not visible", e.label())
 	}
 	if _, err := cdp.Call(ctx, e.Session, dom.ScrollIntoViewIfNeeded, dom.ScrollIntoViewIfNeededParams{BackendNodeID: e.BackendNodeID}); err != nil {
-		return 0, 0, newErr(CodeNotVisible, "the element is not rendered (display:none?)", "%s cannot be scrolled into view: %v", e.label(), err)
+		return 0, 0, newErr(errcode.NotVisible, "the element is not rendered (display:none?)", "%s cannot be scrolled into view: %v", e.label(), err)
 	}
 	for _, f := range owners {
 		_, _ = cdp.Call(ctx, f.parent.sess, dom.ScrollIntoViewIfNeeded, dom.ScrollIntoViewIfNeededParams{BackendNodeID: f.owner})
@@ -443,7 +444,7 @@ func ClickPoint(ctx context.Context, e *Element) (x, y float64, err error) {
 		parallel(func() { q, qErr = quads() }, func() { bErr = readBoxes()() })
 	}
 	if qErr != nil {
-		return 0, 0, newErr(CodeNotVisible, "the element is not rendered", "%s has no layout: %v", e.label(), qErr)
+		return 0, 0, newErr(errcode.NotVisible, "the element is not rendered", "%s has no layout: %v", e.label(), qErr)
 	}
 	if bErr != nil {
 		return 0, 0, bErr
@@ -455,7 +456,7 @@ func ClickPoint(ctx context.Context, e *Element) (x, y float64, err error) {
 		}
 	}
 	if quadArea(best) < 1 {
-		return 0, 0, newErr(CodeNotVisible, "the element has no visible area", "%s has an empty box", e.label())
+		return 0, 0, newErr(errcode.NotVisible, "the element has no visible area", "%s has an empty box", e.label())
 	}
 	for i := 0; i < 4; i++ {
 		x += best[2*i] / 4
@@ -578,7 +579,7 @@ func hitTest(ctx context.Context, e *Element, x, y float64) error {
 		return fmt.Errorf("snapshot: hit test: %w", &chromedp.ExceptionError{ExceptionDetails: r.ExceptionDetails})
 	}
 	if r.Result == nil || r.Result.ObjectID == "" {
-		return newErr(CodeNotVisible, "scroll the element into the viewport or enlarge the viewport", "%s: nothing at (%.0f, %.0f)", e.label(), x, y)
+		return newErr(errcode.NotVisible, "scroll the element into the viewport or enlarge the viewport", "%s: nothing at (%.0f, %.0f)", e.label(), x, y)
 	}
 	d, err := cdp.Call(ctx, e.Session, dom.DescribeNode, dom.DescribeNodeParams{ObjectID: r.Result.ObjectID})
 	if err != nil || d.Node == nil {
@@ -597,7 +598,7 @@ func hitTest(ctx context.Context, e *Element, x, y float64) error {
 	}
 	h, err := cdp.Call(ctx, e.Session, dom.ResolveNode, dom.ResolveNodeParams{BackendNodeID: hit, ObjectGroup: group})
 	if err != nil || h.Object == nil {
-		return newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered at (%.0f, %.0f)", e.label(), x, y)
+		return newErr(errcode.Obscured, "another element covers it; close overlays or scroll", "%s is covered at (%.0f, %.0f)", e.label(), x, y)
 	}
 	var res struct {
 		OK  bool   `json:"ok"`
@@ -616,10 +617,10 @@ func hitTest(ctx context.Context, e *Element, x, y float64) error {
 			return ctx.Err()
 		}
 		// The hit node lives in another frame (another JS world): not e.
-		return newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered at (%.0f, %.0f): %v", e.label(), x, y, err)
+		return newErr(errcode.Obscured, "another element covers it; close overlays or scroll", "%s is covered at (%.0f, %.0f): %v", e.label(), x, y, err)
 	}
 	if !res.OK {
-		return newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered by <%s> at (%.0f, %.0f)", e.label(), res.Hit, x, y)
+		return newErr(errcode.Obscured, "another element covers it; close overlays or scroll", "%s is covered by <%s> at (%.0f, %.0f)", e.label(), res.Hit, x, y)
 	}
 	return nil
 }
@@ -648,9 +649,9 @@ func hitTestRoot(ctx context.Context, e *Element, x, y float64) error {
 	case err != nil:
 		return err
 	case r.Code == "none":
-		return newErr(CodeNotVisible, "scroll the element into the viewport or enlarge the viewport", "%s: nothing at (%.0f, %.0f)", e.label(), x, y)
+		return newErr(errcode.NotVisible, "scroll the element into the viewport or enlarge the viewport", "%s: nothing at (%.0f, %.0f)", e.label(), x, y)
 	case r.Code != "":
-		return newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered by <%s> at (%.0f, %.0f)", e.label(), r.Hit, x, y)
+		return newErr(errcode.Obscured, "another element covers it; close overlays or scroll", "%s is covered by <%s> at (%.0f, %.0f)", e.label(), r.Hit, x, y)
 	}
 	return nil
 }
@@ -700,15 +701,15 @@ func clickPointMain(ctx context.Context, e *Element) (float64, float64, error) {
 	case "":
 		return r.X, r.Y, nil
 	case "hidden":
-		return 0, 0, newErr(CodeNotVisible, "the element is hidden by CSS", "%s is not visible", e.label())
+		return 0, 0, newErr(errcode.NotVisible, "the element is hidden by CSS", "%s is not visible", e.label())
 	case "obscured":
-		return 0, 0, newErr(CodeObscured, "another element covers it; close overlays or scroll", "%s is covered by <%s> at (%.0f, %.0f)", e.label(), r.Why, r.X, r.Y)
+		return 0, 0, newErr(errcode.Obscured, "another element covers it; close overlays or scroll", "%s is covered by <%s> at (%.0f, %.0f)", e.label(), r.Why, r.X, r.Y)
 	}
-	return 0, 0, newErr(CodeNotVisible, "the element is not rendered or not in the viewport", "%s: %s", e.label(), r.Why)
+	return 0, 0, newErr(errcode.NotVisible, "the element is not rendered or not in the viewport", "%s: %s", e.label(), r.Why)
 }
 
 // querySelector finds the element(s) matching sel in f's document. With
-// unique, more than one match is CodeAmbiguous; else the first is taken.
+// unique, more than one match is errcode.Ambiguous; else the first is taken.
 func querySelector(ctx context.Context, f *frameInfo, sel string, unique bool) (*Element, int, error) {
 	selJS, _ := json.Marshal(sel)
 	expr := `(() => { const l = document.querySelectorAll(` + string(selJS) + `); return l.length === 0 ? 0 : (` + strconv.FormatBool(unique) + ` && l.length > 1 ? l.length : l[0]); })()`
@@ -719,14 +720,14 @@ func querySelector(ctx context.Context, f *frameInfo, sel string, unique bool) (
 		return nil, 0, fmt.Errorf("snapshot: query %q: %w", sel, err)
 	}
 	if r.ExceptionDetails != nil {
-		return nil, 0, newErr(CodeInvalidArgument, "check the CSS selector syntax", "bad selector %q", sel)
+		return nil, 0, newErr(errcode.InvalidArgument, "check the CSS selector syntax", "bad selector %q", sel)
 	}
 	if r.Result.Type == runtime.RemoteObjectTypeNumber {
 		n, _ := strconv.Atoi(string(r.Result.Value))
 		if n == 0 {
-			return nil, 0, newErr(CodeNotFound, "take a snapshot to see what is on the page", "no element matches %q", sel)
+			return nil, 0, newErr(errcode.NotFound, "take a snapshot to see what is on the page", "no element matches %q", sel)
 		}
-		return nil, n, newErr(CodeAmbiguous, "use a more specific selector or a ref from a snapshot", "%d elements match %q", n, sel)
+		return nil, n, newErr(errcode.Ambiguous, "use a more specific selector or a ref from a snapshot", "%d elements match %q", n, sel)
 	}
 	d, err := cdp.Call(ctx, f.sess, dom.DescribeNode, dom.DescribeNodeParams{ObjectID: r.Result.ObjectID})
 	if err != nil || d.Node == nil {
@@ -736,7 +737,7 @@ func querySelector(ctx context.Context, f *frameInfo, sel string, unique bool) (
 }
 
 // ResolveSelector returns the only element of the main document matching
-// the CSS selector sel: CodeNotFound for none, CodeAmbiguous (with the
+// the CSS selector sel: errcode.NotFound for none, errcode.Ambiguous (with the
 // count in the message) for several.
 func ResolveSelector(ctx context.Context, p Page, sel string) (*Element, error) {
 	f, err := mainFrame(ctx, p)
@@ -758,7 +759,7 @@ func Count(ctx context.Context, p Page, sel string) (int, error) {
 		return 0, fmt.Errorf("snapshot: count %q: %w", sel, err)
 	}
 	if r.ExceptionDetails != nil {
-		return 0, newErr(CodeInvalidArgument, "check the CSS selector syntax", "bad selector %q", sel)
+		return 0, newErr(errcode.InvalidArgument, "check the CSS selector syntax", "bad selector %q", sel)
 	}
 	n, err := strconv.Atoi(string(r.Result.Value))
 	if err != nil {
@@ -799,12 +800,12 @@ func ResolveRole(ctx context.Context, p Page, role, name string) (*Element, erro
 	}
 	switch len(hits) {
 	case 0:
-		return nil, newErr(CodeNotFound, "take a snapshot to see the roles and names on the page", "no %s", what)
+		return nil, newErr(errcode.NotFound, "take a snapshot to see the roles and names on the page", "no %s", what)
 	case 1:
 		return &Element{BackendNodeID: hits[0].BackendDOMNodeID, FrameID: f.id, Session: f.sess, frame: f}, nil
 	}
-	return nil, newErr(CodeAmbiguous, "add a name, or use a ref from a snapshot", "%d elements are %s", len(hits), what)
+	return nil, newErr(errcode.Ambiguous, "add a name, or use a ref from a snapshot", "%d elements are %s", len(hits), what)
 }
 
 // IsStale reports whether err says a ref or element is stale.
-func IsStale(err error) bool { return CodeOf(err) == CodeStaleRef }
+func IsStale(err error) bool { return errcode.CodeOf(err) == errcode.StaleRef }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // Resolve resolves a ref of this snapshot: see Refs.Resolve.
@@ -30,7 +31,7 @@ func (s *Snapshot) lookup(ref string, currentRevision int64) (*Element, error) {
 	e, ok := s.refs[ref]
 	if !ok {
 		if !validRef(ref) {
-			return nil, newErr(CodeInvalidArgument, `refs look like "e12"`, "malformed ref %q", ref)
+			return nil, newErr(errcode.InvalidArgument, `refs look like "e12"`, "malformed ref %q", ref)
 		}
 		return nil, staleRef(ref, "not in the latest snapshot", nil)
 	}
@@ -107,7 +108,7 @@ func (r *Refs) Take(ctx context.Context, p Page, o Options) (*Snapshot, error) {
 }
 
 // Resolve returns the element of ref ("e3" or "@e3") in the latest
-// snapshot. It fails with CodeStaleRef when the snapshot was taken at
+// snapshot. It fails with errcode.StaleRef when the snapshot was taken at
 // another page revision, the ref is unknown, or the node is gone or
 // detached from its document (a re-rendered element is a new node: the old
 // ref never resolves to it).
@@ -117,7 +118,7 @@ func (r *Refs) Resolve(ctx context.Context, ref string, currentRevision int64) (
 
 // Lookup is Resolve without checking that the node is still in its
 // document, saving a round trip for a caller whose next operation checks
-// it anyway: every Element method and ClickPoint fail with CodeStaleRef
+// it anyway: every Element method and ClickPoint fail with errcode.StaleRef
 // on a node that is gone or detached, before they act.
 func (r *Refs) Lookup(ref string, currentRevision int64) (*Element, error) {
 	return r.Latest().lookup(trimAt(ref), currentRevision)

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 type keyPage string
@@ -138,5 +139,5 @@ func TestRefObjectsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = held.Text(ctx)
-	wantCode(t, err, CodeStaleRef)
+	wantCode(t, err, errcode.StaleRef)
 }

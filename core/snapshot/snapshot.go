@@ -14,7 +14,7 @@
 // A ref names a node identity: (backend DOM node id, frame, page revision).
 // A ref never resolves to another element: a re-rendered element is a new
 // DOM node with a new backend node id, and the old ref is reported stale
-// (CodeStaleRef), as is any ref after the caller's page revision changed.
+// (errcode.StaleRef), as is any ref after the caller's page revision changed.
 // Only the latest snapshot stored in a Refs (one per page, see Snapshotter)
 // is valid.
 //
@@ -39,6 +39,7 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/runtime"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // Defaults of Options.
@@ -139,7 +140,7 @@ type refEntry struct {
 	// snapshot's object group: acting on a ref again costs no
 	// DOM.resolveNode (nor a release) round trip. It refers to that node
 	// only — a re-rendered element is another node, and the call on a
-	// detached one fails with CodeStaleRef as before.
+	// detached one fails with errcode.StaleRef as before.
 	mu  sync.Mutex
 	obj runtime.RemoteObjectID
 }
@@ -155,7 +156,7 @@ func Take(ctx context.Context, p Page, o Options) (*Snapshot, error) {
 		o.MaxChars = DefaultMaxChars
 	}
 	if o.Ref != "" && o.Within == nil {
-		return nil, newErr(CodeInvalidArgument, "use Snapshotter.Take or Refs.Take to scope by ref", "Options.Ref needs the previous snapshot's refs")
+		return nil, newErr(errcode.InvalidArgument, "use Snapshotter.Take or Refs.Take to scope by ref", "Options.Ref needs the previous snapshot's refs")
 	}
 	main, err := mainFrame(ctx, p)
 	if err != nil {
@@ -195,7 +196,7 @@ func Take(ctx context.Context, p Page, o Options) (*Snapshot, error) {
 			}
 		}
 		if start2 == nil {
-			return nil, newErr(CodeNotFound, "the scope element has no accessibility node (it may be hidden)", "scope element not in the accessibility tree")
+			return nil, newErr(errcode.NotFound, "the scope element has no accessibility node (it may be hidden)", "scope element not in the accessibility tree")
 		}
 	}
 	if start2 != nil && start2.Role != nil && axString(start2.Role) == "RootWebArea" && start2.Name != nil {

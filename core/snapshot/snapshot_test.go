@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 var testBrowser *browser.Browser
@@ -148,7 +149,7 @@ func evalInt(t *testing.T, ctx context.Context, s cdp.Session, expr string) int 
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
-	var e *Error
+	var e *errcode.Error
 	if !errors.As(err, &e) || e.Code != code {
 		t.Fatalf("want error code %q, got %v", code, err)
 	}
@@ -214,7 +215,7 @@ func TestLoginFlow(t *testing.T) {
 		t.Fatalf("Wait: %v (%+v)", err, res)
 	}
 	// Main-frame navigation: the core bumps the revision.
-	if _, err := refs.Resolve(ctx, submit, 2); CodeOf(err) != CodeStaleRef {
+	if _, err := refs.Resolve(ctx, submit, 2); errcode.CodeOf(err) != errcode.StaleRef {
 		t.Fatalf("old ref after navigation: want stale_ref, got %v", err)
 	}
 	s2, err := refs.Take(ctx, p, Options{Revision: 2})
@@ -259,20 +260,20 @@ func TestStaleRefAfterRerender(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = sn.Resolve(ctx, p, ref, 7)
-	wantCode(t, err, CodeStaleRef)
+	wantCode(t, err, errcode.StaleRef)
 	// A handle resolved before the re-render is stale too.
 	_, _, err = ClickPoint(ctx, held)
-	wantCode(t, err, CodeStaleRef)
+	wantCode(t, err, errcode.StaleRef)
 	// Lookup skips the check, and ClickPoint still refuses the old node.
 	looked, err := sn.Lookup(p, ref, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = ClickPoint(ctx, looked)
-	wantCode(t, err, CodeStaleRef)
+	wantCode(t, err, errcode.StaleRef)
 	_, err = sn.Lookup(p, ref, 8)
-	wantCode(t, err, CodeStaleRef)
-	if _, err := held.Text(ctx); CodeOf(err) != CodeStaleRef {
+	wantCode(t, err, errcode.StaleRef)
+	if _, err := held.Text(ctx); errcode.CodeOf(err) != errcode.StaleRef {
 		t.Fatalf("Text on re-rendered element: want stale_ref, got %v", err)
 	}
 	if n := evalInt(t, ctx, p.Target(), "window.clicks.length"); n != 0 {
@@ -280,9 +281,9 @@ func TestStaleRefAfterRerender(t *testing.T) {
 	}
 	// Unknown and malformed refs.
 	_, err = sn.Resolve(ctx, p, "e999", 7)
-	wantCode(t, err, CodeStaleRef)
+	wantCode(t, err, errcode.StaleRef)
 	_, err = sn.Resolve(ctx, p, "bogus", 7)
-	wantCode(t, err, CodeInvalidArgument)
+	wantCode(t, err, errcode.InvalidArgument)
 
 	// A new snapshot gives a ref to the new button, which works.
 	s2, err := sn.Take(ctx, p, Options{Revision: 7})
@@ -299,7 +300,7 @@ func TestStaleRefAfterRerender(t *testing.T) {
 	}
 	// A page revision change makes every ref stale, even of a live element.
 	_, err = sn.Resolve(ctx, p, ref2, 8)
-	wantCode(t, err, CodeStaleRef)
+	wantCode(t, err, errcode.StaleRef)
 }
 
 // TestClickPointScrolling: an element out of view is scrolled to and
@@ -457,7 +458,7 @@ func TestIframesSameOriginAndOOPIF(t *testing.T) {
 	for _, sess := range []cdp.Session{crossEl.Session, p.Target()} {
 		evalInt(t, ctx, sess, cover)
 		_, _, err = ClickPoint(ctx, crossEl)
-		wantCode(t, err, CodeObscured)
+		wantCode(t, err, errcode.Obscured)
 		evalInt(t, ctx, sess, `(document.getElementById("cover").remove(), 1)`)
 	}
 	if _, _, err := ClickPoint(ctx, crossEl); err != nil {
@@ -652,7 +653,7 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("MaxChars=1000: truncated=%v len=%d", c.Truncated, len(c.Text()))
 	}
 	// Only the refs of the listed nodes exist.
-	if _, err := c.Resolve(ctx, fmt.Sprintf("e%d", c.RefCount+1), 0); CodeOf(err) != CodeStaleRef {
+	if _, err := c.Resolve(ctx, fmt.Sprintf("e%d", c.RefCount+1), 0); errcode.CodeOf(err) != errcode.StaleRef {
 		t.Fatalf("ref beyond the cut: %v", err)
 	}
 	// Depth and scope.
@@ -689,14 +690,14 @@ func TestQueries(t *testing.T) {
 	p := newPage(t, ctx, srv.URL+"/")
 
 	_, err := ResolveSelector(ctx, p, "button")
-	wantCode(t, err, CodeAmbiguous)
+	wantCode(t, err, errcode.Ambiguous)
 	if !strings.Contains(err.Error(), "4 elements") {
 		t.Errorf("ambiguous error lacks the count: %v", err)
 	}
 	_, err = ResolveSelector(ctx, p, "#nope")
-	wantCode(t, err, CodeNotFound)
+	wantCode(t, err, errcode.NotFound)
 	_, err = ResolveSelector(ctx, p, "button[")
-	wantCode(t, err, CodeInvalidArgument)
+	wantCode(t, err, errcode.InvalidArgument)
 	if n, err := Count(ctx, p, "button"); err != nil || n != 4 {
 		t.Fatalf("Count = %d, %v", n, err)
 	}
@@ -716,9 +717,9 @@ func TestQueries(t *testing.T) {
 		t.Fatalf("role+name resolved another node")
 	}
 	_, err = ResolveRole(ctx, p, "button", "")
-	wantCode(t, err, CodeAmbiguous)
+	wantCode(t, err, errcode.Ambiguous)
 	_, err = ResolveRole(ctx, p, "button", "Nope")
-	wantCode(t, err, CodeNotFound)
+	wantCode(t, err, errcode.NotFound)
 
 	off, _ := ResolveSelector(ctx, p, "#off")
 	if en, err := off.IsEnabled(ctx); err != nil || en {
@@ -750,10 +751,10 @@ func TestQueries(t *testing.T) {
 		t.Fatalf("Attr(absent) ok=%v err=%v", ok, err)
 	}
 	_, _, err = ClickPoint(ctx, hid)
-	wantCode(t, err, CodeNotVisible)
+	wantCode(t, err, errcode.NotVisible)
 	under, _ := ResolveSelector(ctx, p, "#under")
 	_, _, err = ClickPoint(ctx, under)
-	wantCode(t, err, CodeObscured)
+	wantCode(t, err, errcode.Obscured)
 
 	// Wait: met after the timer; unmet conditions reported on timeout.
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -765,7 +766,7 @@ func TestQueries(t *testing.T) {
 	wctx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
 	res, err = Wait(wctx, p, WaitFor{Selector: "#ok", Text: "never there", URLPattern: regexp.MustCompile(`/nowhere$`)})
 	cancel()
-	wantCode(t, err, CodeTimeout)
+	wantCode(t, err, errcode.Timeout)
 	if res == nil || res.Met || len(res.Conditions) != 3 || !res.Conditions[0].Met || res.Conditions[1].Met || res.Conditions[2].Met {
 		t.Fatalf("timed-out Wait result = %+v", res)
 	}
@@ -821,7 +822,7 @@ func TestConcurrentSnapshotter(t *testing.T) {
 					if terr != nil || txt != "Save" {
 						err = fmt.Errorf("e1 text %q, %v (snapshot %q)", txt, terr, s.Text())
 					}
-				case CodeOf(err) == CodeStaleRef:
+				case errcode.CodeOf(err) == errcode.StaleRef:
 					err = nil
 				}
 				errs <- err
@@ -834,7 +835,7 @@ func TestConcurrentSnapshotter(t *testing.T) {
 		}
 	}
 	sn.Forget(p)
-	if _, err := sn.Resolve(ctx, p, "e1", 1); CodeOf(err) != CodeStaleRef {
+	if _, err := sn.Resolve(ctx, p, "e1", 1); errcode.CodeOf(err) != errcode.StaleRef {
 		t.Fatalf("after Forget: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/runtime"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // WaitFor lists conditions on the main document; Wait returns when all of
@@ -43,7 +44,7 @@ type WaitResult struct {
 
 // Wait polls the conditions until they all hold or ctx ends. On timeout it
 // returns the last state (what was met and what was not) together with an
-// *Error of CodeTimeout; other errors (the page is gone) have a nil result
+// *errcode.Error of errcode.Timeout; other errors (the page is gone) have a nil result
 // only if nothing was ever evaluated.
 func Wait(ctx context.Context, p Page, w WaitFor) (*WaitResult, error) {
 	start := time.Now()
@@ -51,7 +52,7 @@ func Wait(ctx context.Context, p Page, w WaitFor) (*WaitResult, error) {
 		w.Poll = 100 * time.Millisecond
 	}
 	if w.Selector == "" && w.Hidden == "" && w.Text == "" && w.URLContains == "" && w.URLPattern == nil {
-		return nil, newErr(CodeInvalidArgument, "set Selector, Hidden, Text, URLContains or URLPattern", "no wait condition")
+		return nil, newErr(errcode.InvalidArgument, "set Selector, Hidden, Text, URLContains or URLPattern", "no wait condition")
 	}
 	args, _ := json.Marshal(map[string]any{"sel": w.Selector, "vis": w.Visible, "hidden": w.Hidden, "text": w.Text})
 	expr := `((a) => {
@@ -75,7 +76,7 @@ func Wait(ctx context.Context, p Page, w WaitFor) (*WaitResult, error) {
 				return res, nil
 			}
 		} else if ctx.Err() == nil {
-			if ie := (*Error)(nil); asErr(err, &ie) && ie.Code == CodeInvalidArgument {
+			if errcode.CodeOf(err) == errcode.InvalidArgument {
 				return nil, err
 			}
 			// A navigation in progress can fail an evaluation: retry.
@@ -86,8 +87,8 @@ func Wait(ctx context.Context, p Page, w WaitFor) (*WaitResult, error) {
 				last = &WaitResult{Elapsed: time.Since(start)}
 			}
 			last.Elapsed = time.Since(start)
-			return last, &Error{Code: CodeTimeout, Message: "wait ended before all conditions held: " + unmet(last),
-				Hint: "inspect Conditions, take a snapshot, or wait longer", Recoverable: true, Err: ctx.Err()}
+			return last, errcode.Wrap(errcode.Timeout, ctx.Err(), "wait ended before all conditions held: "+unmet(last)).
+				WithHint("inspect Conditions, take a snapshot, or wait longer")
 		case <-tick.C:
 		}
 	}
@@ -113,7 +114,7 @@ func waitOnce(ctx context.Context, s cdp.Session, expr string, w WaitFor) (*Wait
 		return nil, err
 	}
 	if r.ExceptionDetails != nil {
-		return nil, newErr(CodeInvalidArgument, "check the CSS selector syntax", "wait condition failed: %s", r.ExceptionDetails.Text)
+		return nil, newErr(errcode.InvalidArgument, "check the CSS selector syntax", "wait condition failed: %s", r.ExceptionDetails.Text)
 	}
 	var o struct {
 		URL      string `json:"url"`

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // Metrics are the event counters, registered on one registry.
@@ -205,11 +206,11 @@ var codes = map[string]bool{}
 
 func init() {
 	for _, c := range []string{
-		action.CodeInvalidArgument, action.CodeUnknownKind, action.CodeTooLarge, action.CodeSeqGap,
-		action.CodeConflict, action.CodeStalePage, action.CodeStaleGeneration, action.CodeUnknownProducer,
-		action.CodeQueueFull, action.CodeRateLimited, action.CodeOutcomeUnknown, action.CodeTimeout,
-		action.CodeNavigationBlocked, action.CodeShortcutBlocked, action.CodeNotAllowed, action.CodeNoDialog,
-		action.CodeFailed, action.CodeClosed,
+		errcode.InvalidArgument, errcode.UnknownKind, errcode.TooLarge, errcode.SeqGap,
+		errcode.Conflict, errcode.StalePage, errcode.StaleGeneration, errcode.UnknownProducer,
+		errcode.QueueFull, errcode.RateLimited, errcode.OutcomeUnknown, errcode.Timeout,
+		errcode.NavigationBlocked, errcode.ShortcutBlocked, errcode.NotAllowed, errcode.NoDialog,
+		errcode.Failed, errcode.SessionClosed,
 	} {
 		codes[c] = true
 	}

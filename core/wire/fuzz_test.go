@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 var fuzzSeeds = []struct {
@@ -42,11 +43,11 @@ var fuzzSeeds = []struct {
 }
 
 var decodeCodes = map[string]bool{
-	CodeBadVersion: true, CodeBadEnvelope: true, CodeTooLarge: true, CodeWrongChannel: true,
-	CodeUnknownKind: true, CodeBadField: true,
+	errcode.BadVersion: true, errcode.BadEnvelope: true, errcode.TooLarge: true, errcode.WrongChannel: true,
+	errcode.UnknownKind: true, errcode.BadField: true,
 }
 
-// FuzzDecode: Decode never panics; every refusal is a *wire.Error with one
+// FuzzDecode: Decode never panics; every refusal is a *errcode.Error with one
 // of the decode codes; every accepted envelope is well formed and survives
 // Encode → Decode unchanged.
 func FuzzDecode(f *testing.F) {
@@ -64,7 +65,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		e, err := Decode(channel, b)
 		if err != nil {
-			var we *Error
+			var we *errcode.Error
 			if !errors.As(err, &we) || !decodeCodes[we.Code] || we.Message == "" {
 				t.Fatalf("bad refusal %#v", err)
 			}
@@ -94,7 +95,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		e2, err := Decode(channel, again)
 		// Re-encoding may grow the message past the limit (escaping).
-		if err != nil && CodeOf(err) != CodeTooLarge {
+		if err != nil && CodeOf(err) != errcode.TooLarge {
 			t.Fatalf("re-decode: %v", err)
 		}
 		if err == nil && e != e2 {

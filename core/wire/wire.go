@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 // Version is the first byte of every DataChannel message.
@@ -38,48 +39,18 @@ const (
 	MaxIDLen = 128
 )
 
-// Stable error codes of refused DataChannel messages. They travel in
-// rejected acks (and state "error" messages); clients switch on them.
-const (
-	CodeBadVersion   = "bad_version"   // first byte is not Version
-	CodeBadEnvelope  = "bad_envelope"  // empty, not a JSON object, or not valid JSON
-	CodeTooLarge     = "too_large"     // over MaxControlSize / MaxPointerSize
-	CodeWrongChannel = "wrong_channel" // a control kind on pointer or vice versa, or anything sent on state
-	CodeUnknownKind  = "unknown_kind"  // action.kind is not a client action
-	CodeBadField     = "bad_field"     // a field is missing, of the wrong type or out of range
+// Refused messages are *errcode.Error with one of the DataChannel codes
+// (errcode.BadVersion … errcode.ViewOnly): they travel in rejected acks and
+// state "error" messages, and clients switch on them. Messages are safe to
+// show and log: they never quote the client's input.
 
-	// Set by the identity check of the receiving connection, not by Decode.
-	CodeWrongIdentity   = "wrong_identity"           // browserSessionId, peerId or producerId is not this connection's
-	CodeStaleGeneration = action.CodeStaleGeneration // connectionGeneration or producerGeneration is not the current one, or the producer ended
-	CodeNotInteractive  = "not_interactive"          // this connection holds no producer
-	CodeViewOnly        = "view_only"                // the viewer may watch this session, not act on it
-)
-
-// Error is a refused message with a stable code. Message is safe to show
-// and log: it never quotes the client's input.
-type Error struct {
-	Code    string
-	Message string
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-func errf(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// CodeOf returns the code of a *Error (or *action.Error) in err's chain, or
+// CodeOf returns the code of the *errcode.Error in err's chain, or
 // bad_envelope for any other error.
 func CodeOf(err error) string {
-	var we *Error
-	if errors.As(err, &we) {
-		return we.Code
+	if c := errcode.CodeOf(err); c != "" {
+		return c
 	}
-	var ae *action.Error
-	if errors.As(err, &ae) {
-		return ae.Code
-	}
-	return CodeBadEnvelope
+	return errcode.BadEnvelope
 }
 
 // Envelope is one viewer message on control or pointer: the identity it
@@ -122,13 +93,8 @@ type Ack struct {
 // safe message, and whatever actionId could be read.
 func Reject(actionID string, err error, pageRevision uint64) Ack {
 	msg := "refused"
-	var we *Error
-	var ae *action.Error
-	switch {
-	case errors.As(err, &we):
-		msg = we.Message
-	case errors.As(err, &ae):
-		msg = ae.Message
+	if e, ok := errcode.As(err); ok {
+		msg = e.Message
 	}
 	return Ack{ActionID: actionID, Status: StatusRejected, Code: CodeOf(err), Message: msg, PageRevision: pageRevision}
 }
@@ -168,7 +134,7 @@ type rawEnvelope struct {
 }
 
 // Decode parses and checks one viewer message received on channel. Errors
-// are *Error with a Code* constant. On error the returned Envelope holds
+// are *errcode.Error with a DataChannel code. On error the returned Envelope holds
 // the actionId when it could be read (so the rejection can name it) and
 // nothing else. Field values (coordinates, key names, sizes of text) are
 // the dispatcher's to validate; Decode checks structure, types, presence,
@@ -181,20 +147,20 @@ func Decode(channel string, b []byte) (Envelope, error) {
 	case ChannelPointer:
 		limit = MaxPointerSize
 	default:
-		return Envelope{}, errf(CodeWrongChannel, "viewers send only on control and pointer")
+		return Envelope{}, errcode.Newf(errcode.WrongChannel, "viewers send only on control and pointer")
 	}
 	if len(b) == 0 {
-		return Envelope{}, errf(CodeBadEnvelope, "empty message")
+		return Envelope{}, errcode.Newf(errcode.BadEnvelope, "empty message")
 	}
 	if len(b) > limit {
-		return Envelope{}, errf(CodeTooLarge, "%s messages are limited to %d bytes", channel, limit)
+		return Envelope{}, errcode.Newf(errcode.TooLarge, "%s messages are limited to %d bytes", channel, limit)
 	}
 	if b[0] != Version {
-		return Envelope{}, errf(CodeBadVersion, "unsupported envelope version (want %d)", Version)
+		return Envelope{}, errcode.Newf(errcode.BadVersion, "unsupported envelope version (want %d)", Version)
 	}
 	body := bytes.TrimLeft(b[1:], " \t\r\n")
 	if len(body) == 0 || body[0] != '{' {
-		return Envelope{}, errf(CodeBadEnvelope, "body is not a JSON object")
+		return Envelope{}, errcode.Newf(errcode.BadEnvelope, "body is not a JSON object")
 	}
 	var r rawEnvelope
 	err := json.Unmarshal(body, &r)
@@ -205,10 +171,10 @@ func Decode(channel string, b []byte) (Envelope, error) {
 	if err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return out, errf(CodeBadField, "%s has the wrong type", safeField(te.Field))
+			return out, errcode.Newf(errcode.BadField, "%s has the wrong type", safeField(te.Field))
 		}
 		// The json error may quote input: say only that it did not parse.
-		return out, errf(CodeBadEnvelope, "body is not valid JSON")
+		return out, errcode.Newf(errcode.BadEnvelope, "body is not valid JSON")
 	}
 	e, err := check(channel, &r)
 	if err != nil {
@@ -229,10 +195,10 @@ func check(channel string, r *rawEnvelope) (Envelope, error) {
 		{"producerId", r.ProducerID, &e.ProducerID},
 	} {
 		if f.v == nil || *f.v == "" {
-			return Envelope{}, errf(CodeBadField, "%s is missing", f.name)
+			return Envelope{}, errcode.Newf(errcode.BadField, "%s is missing", f.name)
 		}
 		if len(*f.v) > MaxIDLen {
-			return Envelope{}, errf(CodeBadField, "%s is over %d bytes", f.name, MaxIDLen)
+			return Envelope{}, errcode.Newf(errcode.BadField, "%s is over %d bytes", f.name, MaxIDLen)
 		}
 		*f.dst = *f.v
 	}
@@ -245,56 +211,56 @@ func check(channel string, r *rawEnvelope) (Envelope, error) {
 		{"producerGeneration", r.ProducerGeneration, &e.ProducerGeneration},
 	} {
 		if f.v == nil || *f.v == 0 {
-			return Envelope{}, errf(CodeBadField, "%s is missing or 0", f.name)
+			return Envelope{}, errcode.Newf(errcode.BadField, "%s is missing or 0", f.name)
 		}
 		*f.dst = *f.v
 	}
 	if r.PageRevision == nil {
-		return Envelope{}, errf(CodeBadField, "pageRevision is missing")
+		return Envelope{}, errcode.Newf(errcode.BadField, "pageRevision is missing")
 	}
 	e.PageRevision = *r.PageRevision
 	if r.Action == nil {
-		return Envelope{}, errf(CodeBadField, "action is missing")
+		return Envelope{}, errcode.Newf(errcode.BadField, "action is missing")
 	}
 	e.Action = *r.Action
 	if e.Action.Kind == "" {
-		return Envelope{}, errf(CodeBadField, "action.kind is missing")
+		return Envelope{}, errcode.Newf(errcode.BadField, "action.kind is missing")
 	}
 	if !clientKinds[e.Action.Kind] {
-		return Envelope{}, errf(CodeUnknownKind, "action.kind is not a client action")
+		return Envelope{}, errcode.Newf(errcode.UnknownKind, "action.kind is not a client action")
 	}
 	onPointer := e.Action.OnPointerChannel()
 	if onPointer != (channel == ChannelPointer) {
 		if onPointer {
-			return Envelope{}, errf(CodeWrongChannel, "pointer_move and wheel travel on the pointer channel")
+			return Envelope{}, errcode.Newf(errcode.WrongChannel, "pointer_move and wheel travel on the pointer channel")
 		}
-		return Envelope{}, errf(CodeWrongChannel, "only pointer_move and wheel travel on the pointer channel")
+		return Envelope{}, errcode.Newf(errcode.WrongChannel, "only pointer_move and wheel travel on the pointer channel")
 	}
 	if r.ActionID != nil {
 		if len(*r.ActionID) > MaxActionIDLen {
-			return Envelope{}, errf(CodeBadField, "actionId is over %d bytes", MaxActionIDLen)
+			return Envelope{}, errcode.Newf(errcode.BadField, "actionId is over %d bytes", MaxActionIDLen)
 		}
 		e.ActionID = *r.ActionID
 	}
 	if onPointer {
 		if r.ControlSeq != nil {
-			return Envelope{}, errf(CodeBadField, "controlSeq is not allowed on the pointer channel")
+			return Envelope{}, errcode.Newf(errcode.BadField, "controlSeq is not allowed on the pointer channel")
 		}
 		if r.PointerSeq == nil || *r.PointerSeq == 0 {
-			return Envelope{}, errf(CodeBadField, "pointerSeq is missing or 0")
+			return Envelope{}, errcode.Newf(errcode.BadField, "pointerSeq is missing or 0")
 		}
 		e.PointerSeq = *r.PointerSeq
 	} else {
 		if r.PointerSeq != nil {
-			return Envelope{}, errf(CodeBadField, "pointerSeq is not allowed on the control channel")
+			return Envelope{}, errcode.Newf(errcode.BadField, "pointerSeq is not allowed on the control channel")
 		}
 		// heartbeat is out of band: its seq and actionId are optional.
 		if e.Action.Kind != action.Heartbeat {
 			if r.ControlSeq == nil || *r.ControlSeq == 0 {
-				return Envelope{}, errf(CodeBadField, "controlSeq is missing or 0")
+				return Envelope{}, errcode.Newf(errcode.BadField, "controlSeq is missing or 0")
 			}
 			if e.ActionID == "" {
-				return Envelope{}, errf(CodeBadField, "actionId is missing")
+				return Envelope{}, errcode.Newf(errcode.BadField, "actionId is missing")
 			}
 		}
 		if r.ControlSeq != nil {
@@ -307,7 +273,7 @@ func check(channel string, r *rawEnvelope) (Envelope, error) {
 	case e.Action.PageRevision == 0:
 		e.Action.PageRevision = e.PageRevision
 	case e.Action.PageRevision != e.PageRevision:
-		return Envelope{}, errf(CodeBadField, "action.pageRevision differs from pageRevision")
+		return Envelope{}, errcode.Newf(errcode.BadField, "action.pageRevision differs from pageRevision")
 	}
 	return e, nil
 }
@@ -383,10 +349,10 @@ func EncodeState(typ string, payload any) ([]byte, error) {
 // (for clients reading acks and state messages).
 func Unwrap(b []byte) ([]byte, error) {
 	if len(b) == 0 {
-		return nil, errf(CodeBadEnvelope, "empty message")
+		return nil, errcode.Newf(errcode.BadEnvelope, "empty message")
 	}
 	if b[0] != Version {
-		return nil, errf(CodeBadVersion, "unsupported envelope version (want %d)", Version)
+		return nil, errcode.Newf(errcode.BadVersion, "unsupported envelope version (want %d)", Version)
 	}
 	return b[1:], nil
 }

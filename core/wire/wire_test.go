@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tabcast/tabcast/core/action"
+	"github.com/tabcast/tabcast/core/errcode"
 )
 
 const ident = `"browserSessionId":"s1","peerId":"p1","connectionGeneration":7,"producerId":"pr1","producerGeneration":2,"pageRevision":3`
@@ -69,56 +70,56 @@ func TestDecodeBad(t *testing.T) {
 		b             []byte
 		code          string
 	}{
-		{"empty", ChannelControl, nil, CodeBadEnvelope},
-		{"version only", ChannelControl, []byte{Version}, CodeBadEnvelope},
-		{"version 0", ChannelControl, append([]byte{0}, ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`)...), CodeBadVersion},
-		{"version 2", ChannelPointer, append([]byte{2}, `{}`...), CodeBadVersion},
-		{"text json", ChannelControl, []byte(`{"a":1}`), CodeBadVersion},
-		{"state channel", ChannelState, msg(ctl(`"action":{"kind":"heartbeat"}`)), CodeWrongChannel},
-		{"unknown channel", "chat", msg(`{}`), CodeWrongChannel},
-		{"array", ChannelControl, msg(`[1,2]`), CodeBadEnvelope},
-		{"null", ChannelControl, msg(`null`), CodeBadEnvelope},
-		{"string", ChannelControl, msg(`"launch-missiles"`), CodeBadEnvelope},
-		{"truncated", ChannelControl, msg(`{"peerId":"p`), CodeBadEnvelope},
-		{"two objects", ChannelControl, msg(`{}{}`), CodeBadEnvelope},
-		{"deep", ChannelControl, msg(`{"a":` + strings.Repeat("[", 20000) + `}`), CodeBadEnvelope},
-		{"control too large", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"text_insert","text":"` + strings.Repeat("x", MaxControlSize) + `"}`)), CodeTooLarge},
-		{"pointer too large", ChannelPointer, msg(ctl(`"pointerSeq":1,"action":{"kind":"pointer_move","pad":"` + strings.Repeat("x", MaxPointerSize) + `"}`)), CodeTooLarge},
-		{"missing session", ChannelControl, msg(`{"peerId":"p1","connectionGeneration":7,"producerId":"pr1","producerGeneration":2,"pageRevision":3,"controlSeq":1,"actionId":"a","action":{"kind":"reload"}}`), CodeBadField},
-		{"empty peer", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `"peerId":"p1"`, `"peerId":""`, 1)), CodeBadField},
-		{"long producer", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `"producerId":"pr1"`, `"producerId":"`+strings.Repeat("p", 200)+`"`, 1)), CodeBadField},
-		{"zero generation", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `"producerGeneration":2`, `"producerGeneration":0`, 1)), CodeBadField},
-		{"negative generation", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `"connectionGeneration":7`, `"connectionGeneration":-7`, 1)), CodeBadField},
-		{"string generation", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `"connectionGeneration":7`, `"connectionGeneration":"7"`, 1)), CodeBadField},
-		{"missing pageRevision", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `,"pageRevision":3`, ``, 1)), CodeBadField},
-		{"fraction seq", ChannelControl, msg(ctl(`"controlSeq":1.5,"actionId":"a","action":{"kind":"reload"}`)), CodeBadField},
-		{"huge seq", ChannelControl, msg(ctl(`"controlSeq":1e999,"actionId":"a","action":{"kind":"reload"}`)), CodeBadField},
-		{"no action", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a"`)), CodeBadField},
-		{"action not object", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":"reload"`)), CodeBadField},
-		{"no kind", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"x":1}`)), CodeBadField},
-		{"kind number", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":5}`)), CodeBadField},
-		{"x string", ChannelPointer, msg(ctl(`"pointerSeq":1,"action":{"kind":"pointer_move","x":"0.5"}`)), CodeBadField},
-		{"unknown kind", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"launch-missiles"}`)), CodeUnknownKind},
-		{"release_all", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"release_all"}`)), CodeUnknownKind},
-		{"move on control", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"pointer_move"}`)), CodeWrongChannel},
-		{"wheel on control", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"wheel"}`)), CodeWrongChannel},
-		{"click on pointer", ChannelPointer, msg(ctl(`"pointerSeq":1,"action":{"kind":"pointer_down"}`)), CodeWrongChannel},
-		{"heartbeat on pointer", ChannelPointer, msg(ctl(`"pointerSeq":1,"action":{"kind":"heartbeat"}`)), CodeWrongChannel},
-		{"no controlSeq", ChannelControl, msg(ctl(`"actionId":"a","action":{"kind":"reload"}`)), CodeBadField},
-		{"zero controlSeq", ChannelControl, msg(ctl(`"controlSeq":0,"actionId":"a","action":{"kind":"reload"}`)), CodeBadField},
-		{"pointerSeq on control", ChannelControl, msg(ctl(`"controlSeq":1,"pointerSeq":1,"actionId":"a","action":{"kind":"reload"}`)), CodeBadField},
-		{"no actionId", ChannelControl, msg(ctl(`"controlSeq":1,"action":{"kind":"reload"}`)), CodeBadField},
-		{"long actionId", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"` + strings.Repeat("a", 129) + `","action":{"kind":"reload"}`)), CodeBadField},
-		{"no pointerSeq", ChannelPointer, msg(ctl(`"action":{"kind":"pointer_move"}`)), CodeBadField},
-		{"controlSeq on pointer", ChannelPointer, msg(ctl(`"pointerSeq":1,"controlSeq":1,"action":{"kind":"wheel"}`)), CodeBadField},
-		{"pageRevision conflict", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"pointer_down","pageRevision":9}`)), CodeBadField},
+		{"empty", ChannelControl, nil, errcode.BadEnvelope},
+		{"version only", ChannelControl, []byte{Version}, errcode.BadEnvelope},
+		{"version 0", ChannelControl, append([]byte{0}, ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`)...), errcode.BadVersion},
+		{"version 2", ChannelPointer, append([]byte{2}, `{}`...), errcode.BadVersion},
+		{"text json", ChannelControl, []byte(`{"a":1}`), errcode.BadVersion},
+		{"state channel", ChannelState, msg(ctl(`"action":{"kind":"heartbeat"}`)), errcode.WrongChannel},
+		{"unknown channel", "chat", msg(`{}`), errcode.WrongChannel},
+		{"array", ChannelControl, msg(`[1,2]`), errcode.BadEnvelope},
+		{"null", ChannelControl, msg(`null`), errcode.BadEnvelope},
+		{"string", ChannelControl, msg(`"launch-missiles"`), errcode.BadEnvelope},
+		{"truncated", ChannelControl, msg(`{"peerId":"p`), errcode.BadEnvelope},
+		{"two objects", ChannelControl, msg(`{}{}`), errcode.BadEnvelope},
+		{"deep", ChannelControl, msg(`{"a":` + strings.Repeat("[", 20000) + `}`), errcode.BadEnvelope},
+		{"control too large", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"text_insert","text":"` + strings.Repeat("x", MaxControlSize) + `"}`)), errcode.TooLarge},
+		{"pointer too large", ChannelPointer, msg(ctl(`"pointerSeq":1,"action":{"kind":"pointer_move","pad":"` + strings.Repeat("x", MaxPointerSize) + `"}`)), errcode.TooLarge},
+		{"missing session", ChannelControl, msg(`{"peerId":"p1","connectionGeneration":7,"producerId":"pr1","producerGeneration":2,"pageRevision":3,"controlSeq":1,"actionId":"a","action":{"kind":"reload"}}`), errcode.BadField},
+		{"empty peer", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `"peerId":"p1"`, `"peerId":""`, 1)), errcode.BadField},
+		{"long producer", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `"producerId":"pr1"`, `"producerId":"`+strings.Repeat("p", 200)+`"`, 1)), errcode.BadField},
+		{"zero generation", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `"producerGeneration":2`, `"producerGeneration":0`, 1)), errcode.BadField},
+		{"negative generation", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `"connectionGeneration":7`, `"connectionGeneration":-7`, 1)), errcode.BadField},
+		{"string generation", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `"connectionGeneration":7`, `"connectionGeneration":"7"`, 1)), errcode.BadField},
+		{"missing pageRevision", ChannelControl, msg(strings.Replace(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"reload"}`), `,"pageRevision":3`, ``, 1)), errcode.BadField},
+		{"fraction seq", ChannelControl, msg(ctl(`"controlSeq":1.5,"actionId":"a","action":{"kind":"reload"}`)), errcode.BadField},
+		{"huge seq", ChannelControl, msg(ctl(`"controlSeq":1e999,"actionId":"a","action":{"kind":"reload"}`)), errcode.BadField},
+		{"no action", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a"`)), errcode.BadField},
+		{"action not object", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":"reload"`)), errcode.BadField},
+		{"no kind", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"x":1}`)), errcode.BadField},
+		{"kind number", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":5}`)), errcode.BadField},
+		{"x string", ChannelPointer, msg(ctl(`"pointerSeq":1,"action":{"kind":"pointer_move","x":"0.5"}`)), errcode.BadField},
+		{"unknown kind", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"launch-missiles"}`)), errcode.UnknownKind},
+		{"release_all", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"release_all"}`)), errcode.UnknownKind},
+		{"move on control", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"pointer_move"}`)), errcode.WrongChannel},
+		{"wheel on control", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"wheel"}`)), errcode.WrongChannel},
+		{"click on pointer", ChannelPointer, msg(ctl(`"pointerSeq":1,"action":{"kind":"pointer_down"}`)), errcode.WrongChannel},
+		{"heartbeat on pointer", ChannelPointer, msg(ctl(`"pointerSeq":1,"action":{"kind":"heartbeat"}`)), errcode.WrongChannel},
+		{"no controlSeq", ChannelControl, msg(ctl(`"actionId":"a","action":{"kind":"reload"}`)), errcode.BadField},
+		{"zero controlSeq", ChannelControl, msg(ctl(`"controlSeq":0,"actionId":"a","action":{"kind":"reload"}`)), errcode.BadField},
+		{"pointerSeq on control", ChannelControl, msg(ctl(`"controlSeq":1,"pointerSeq":1,"actionId":"a","action":{"kind":"reload"}`)), errcode.BadField},
+		{"no actionId", ChannelControl, msg(ctl(`"controlSeq":1,"action":{"kind":"reload"}`)), errcode.BadField},
+		{"long actionId", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"` + strings.Repeat("a", 129) + `","action":{"kind":"reload"}`)), errcode.BadField},
+		{"no pointerSeq", ChannelPointer, msg(ctl(`"action":{"kind":"pointer_move"}`)), errcode.BadField},
+		{"controlSeq on pointer", ChannelPointer, msg(ctl(`"pointerSeq":1,"controlSeq":1,"action":{"kind":"wheel"}`)), errcode.BadField},
+		{"pageRevision conflict", ChannelControl, msg(ctl(`"controlSeq":1,"actionId":"a","action":{"kind":"pointer_down","pageRevision":9}`)), errcode.BadField},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Decode(c.channel, c.b)
-			var we *Error
+			var we *errcode.Error
 			if !errors.As(err, &we) {
-				t.Fatalf("error %v is not a *wire.Error", err)
+				t.Fatalf("error %v is not a *errcode.Error", err)
 			}
 			if we.Code != c.code {
 				t.Fatalf("code %q (%s), want %q", we.Code, we.Message, c.code)
@@ -134,11 +135,11 @@ func TestDecodeBad(t *testing.T) {
 // actionId, so the viewer can match the rejection.
 func TestDecodeKeepsActionID(t *testing.T) {
 	e, err := Decode(ChannelControl, msg(`{`+ident+`,"controlSeq":1,"actionId":"2-1","action":{"kind":"nope"}}`))
-	if CodeOf(err) != CodeUnknownKind || e.ActionID != "2-1" {
+	if CodeOf(err) != errcode.UnknownKind || e.ActionID != "2-1" {
 		t.Fatalf("%+v %v", e, err)
 	}
 	ack := Reject(e.ActionID, err, 3)
-	if ack.Status != StatusRejected || ack.Code != CodeUnknownKind || ack.ActionID != "2-1" || ack.Message == "" {
+	if ack.Status != StatusRejected || ack.Code != errcode.UnknownKind || ack.ActionID != "2-1" || ack.Message == "" {
 		t.Fatalf("%+v", ack)
 	}
 }
@@ -181,7 +182,7 @@ func TestEncodeAckAndState(t *testing.T) {
 	if _, err := EncodeState(TypeError, []int{1}); err == nil {
 		t.Fatal("non-object payload accepted")
 	}
-	if _, err := Unwrap([]byte{9, '{', '}'}); CodeOf(err) != CodeBadVersion {
+	if _, err := Unwrap([]byte{9, '{', '}'}); CodeOf(err) != errcode.BadVersion {
 		t.Fatal(err)
 	}
 }
