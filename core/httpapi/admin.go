@@ -151,6 +151,8 @@ func (a *api) invite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.Invite(req.User) {
+		// 409, not the table's 429: the session's invitation list is full,
+		// waiting does not free a place.
 		writeErrorStatus(w, http.StatusConflict, errcode.New(errcode.CapacityExceeded, "too many invitations on this session"))
 		return
 	}

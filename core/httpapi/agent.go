@@ -34,7 +34,7 @@ func (a *api) agentCommand(w http.ResponseWriter, r *http.Request) {
 	res, err := a.o.Agent.Do(ctx, s, principal(r).User, req)
 	if gr.Withdrawn() {
 		// Whatever the command returned (a wait ends with a result), the
-		// caller no longer holds the right to it.
+		// caller no longer holds the right to it: 403, it was authenticated.
 		writeErrorStatus(w, http.StatusForbidden, errcode.New(errcode.PermissionDenied, "access withdrawn while the command ran; it may have taken effect"))
 		return
 	}

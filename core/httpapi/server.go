@@ -182,6 +182,7 @@ type api struct{ o Options }
 func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 	if a.o.Ready != nil {
 		if err := a.o.Ready(); err != nil {
+			// 503, not the table's 409: load balancers read readiness from the status.
 			writeErrorStatus(w, http.StatusServiceUnavailable, errcode.New(errcode.NotReady, err.Error()))
 			return
 		}
@@ -361,6 +362,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
+		// 413: the body, not an argument, is over its limit.
 		writeErrorStatus(w, http.StatusRequestEntityTooLarge, errcode.New(errcode.TooLarge, fmt.Sprintf("request body over %d bytes", maxBody)))
 		return false
 	}

@@ -41,6 +41,7 @@ func (a *api) putUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > agent.MaxUploadBytes {
+		// 413: the body, not an argument, is over its limit.
 		writeErrorStatus(w, http.StatusRequestEntityTooLarge, errcode.New(errcode.TooLarge, fmt.Sprintf("a file may have at most %d bytes", agent.MaxUploadBytes)))
 		return
 	}

@@ -395,9 +395,8 @@ func readEndReason(err error) string {
 }
 
 func messageOf(err error) string {
-	var pe *errcode.Error
-	if errors.As(err, &pe) {
-		return pe.Message
+	if e, ok := errcode.As(err); ok {
+		return e.Message
 	}
 	return "internal error"
 }

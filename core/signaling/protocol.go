@@ -7,7 +7,6 @@ package signaling
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"strings"
 
 	"github.com/pion/webrtc/v4"
@@ -221,9 +220,8 @@ func decodeCandidate(fields map[string]json.RawMessage, m Message) (Message, err
 
 // errorCode returns the code of a protocol error, or errcode.Internal.
 func errorCode(err error) string {
-	var pe *errcode.Error
-	if errors.As(err, &pe) {
-		return pe.Code
+	if c := errcode.CodeOf(err); c != "" {
+		return c
 	}
 	return errcode.Internal
 }
