@@ -18,13 +18,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pion/webrtc/v4"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/appliance/web"
 	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/certs"
-	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/egress"
 	"github.com/tabcast/tabcast/core/httpapi"
 	"github.com/tabcast/tabcast/core/input"
@@ -32,7 +30,6 @@ import (
 	"github.com/tabcast/tabcast/core/session"
 	"github.com/tabcast/tabcast/core/signaling"
 	"github.com/tabcast/tabcast/core/supervisor"
-	"github.com/tabcast/tabcast/core/wire"
 	"github.com/tabcast/tabcast/plugins"
 	"github.com/tabcast/tabcast/plugins/capture"
 	"github.com/tabcast/tabcast/plugins/encoder"
@@ -307,7 +304,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	}
 	a.agents = agent.NewService(log.With("component", "agent"))
 	a.agents.SetPolicy(agent.Policy{AllowEval: cfg.Agent.AllowEval})
-	sopts := signaling.Options{Sessions: sessionsAdapter{a.sessions}, Peers: a.peers, RelayOnly: cfg.WebRTC.RelayOnly, Logger: log.With("component", "signaling"), Telemetry: tm}
+	sopts := signaling.Options{Sessions: a.sessions, Peers: a.peers, RelayOnly: cfg.WebRTC.RelayOnly, Logger: log.With("component", "signaling"), Telemetry: tm}
 	if a.relay != nil {
 		sopts.ICEServers = iceServers(a.relay, cfg.Turn.CredentialTTL)
 	}
@@ -545,91 +542,6 @@ func (a *appliance) shutdown() {
 	}
 	a.gate.close()
 }
-
-// sessionsAdapter lets signaling see sessions through its own interfaces.
-type sessionsAdapter struct{ m *session.Manager }
-
-func (s sessionsAdapter) Media(id string) (signaling.Media, error) {
-	sess, err := s.m.Get(id)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", signaling.ErrSessionNotFound, err)
-	}
-	return mediaAdapter{sess}, nil
-}
-
-type mediaAdapter struct{ s *session.Session }
-
-func (m mediaAdapter) Codecs() []string { return m.s.Codecs() }
-
-func (m mediaAdapter) RequestKeyframe(codec string) { m.s.RequestKeyframe(codec) }
-
-func (m mediaAdapter) Done() <-chan struct{} { return m.s.Done() }
-
-// ViewerReport feeds the panel's per-viewer table and lets the session's
-// encoders follow the viewers' bandwidth.
-func (m mediaAdapter) ViewerReport(v signaling.ViewerReport) {
-	m.s.ViewerReport(session.ViewerInfo{
-		Peer: v.Peer, User: v.User, Codec: v.Codec, Interactive: v.Interactive, Path: v.Path, Protocol: v.Protocol,
-		RTTMs: float64(v.RTT.Microseconds()) / 1000, LossPct: 100 * v.FractionLost, EstimateKbps: v.EstimateBps / 1000,
-		SteadyKbps: v.SteadyBps / 1000,
-	})
-}
-
-// ViewerGone withdraws a viewer's report.
-func (m mediaAdapter) ViewerGone(codec, peer string) { m.s.ViewerGone(codec, peer) }
-
-// Snapshot feeds the signaling socket's snapshot messages.
-func (m mediaAdapter) Snapshot() (uint64, any) {
-	snap := m.s.Snapshot()
-	return snap.Revision, snap
-}
-
-func (m mediaAdapter) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
-	t, release, err := m.s.Subscribe(codec)
-	switch {
-	case errors.Is(err, session.ErrCapacity):
-		return nil, nil, fmt.Errorf("%w: %v", signaling.ErrCapacity, err)
-	case errors.Is(err, session.ErrNotReady):
-		return nil, nil, fmt.Errorf("%w: %v", signaling.ErrSessionNotFound, err)
-	}
-	return t, release, err
-}
-
-// OpenInput grants the viewer a human producer on the session's dispatcher.
-func (m mediaAdapter) OpenInput(owner string, onState func(signaling.StateEvent)) (signaling.Input, error) {
-	p, err := m.s.OpenProducer(dispatch.KindHuman, owner, func(ev session.StateEvent) {
-		onState(signaling.StateEvent{Type: ev.Type, Payload: ev.Payload})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", signaling.ErrNotInteractive, err)
-	}
-	return inputAdapter{p}, nil
-}
-
-// inputAdapter carries wire envelopes to a session producer and its acks
-// back; the two sides mirror each other field for field.
-type inputAdapter struct{ p *session.Producer }
-
-func (a inputAdapter) Producer() (string, uint64) {
-	g := a.p.Grant()
-	return g.ID, g.Generation
-}
-
-func (a inputAdapter) PageRevision() uint64 { return a.p.PageRevision() }
-
-func (a inputAdapter) Submit(e wire.Envelope, reply func(wire.Ack)) {
-	a.p.Submit(dispatch.Envelope{
-		ProducerID: e.ProducerID, ProducerGeneration: e.ProducerGeneration,
-		ControlSeq: e.ControlSeq, PointerSeq: e.PointerSeq, ActionID: e.ActionID, Action: e.Action,
-	}, func(k dispatch.Ack) {
-		reply(wire.Ack{
-			ActionID: k.ActionID, Status: k.Status, Code: k.Code, Message: k.Message,
-			ActionRevision: k.ActionRevision, PageRevision: k.PageRevision, Result: k.Result,
-		})
-	})
-}
-
-func (a inputAdapter) Close() { a.p.Close() }
 
 // sessionPlugin is h typed as contract T for the session manager; a nil
 // handle (a plugin not configured) stays a nil interface.

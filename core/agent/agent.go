@@ -303,7 +303,7 @@ func (d *driver) accept(ctx context.Context, a action.Action) (*accepted, error)
 // accepted is a submitted action: its revision, and its final ack to come.
 type accepted struct {
 	rev  uint64
-	acks chan dispatch.Ack // nil: nothing to wait for (pointer channel)
+	acks chan action.Ack // nil: nothing to wait for (pointer channel)
 }
 
 // wait waits for the action's completion.
@@ -313,7 +313,7 @@ func (w *accepted) wait(ctx context.Context) (uint64, *action.Result, error) {
 	}
 	select {
 	case k := <-w.acks:
-		if k.Status == dispatch.StatusCompleted {
+		if k.Status == action.StatusCompleted {
 			return max(w.rev, k.ActionRevision), k.Result, nil
 		}
 		return w.rev, nil, errcode.New(k.Code, k.Message)
@@ -329,19 +329,19 @@ func (d *driver) submitOnce(a action.Action) (*accepted, time.Duration, error) {
 	a.PageRevision = d.p.PageRevision()
 	d.nextID++
 	id := "agent-" + strconv.FormatUint(d.nextID, 10)
-	env := dispatch.Envelope{ActionID: id, Action: a}
+	env := action.Envelope{ActionID: id, Action: a}
 	if a.OnPointerChannel() {
 		d.pointerSeq++
 		env.PointerSeq = d.pointerSeq
 		// Pointer actions are acked only when refused: nothing to wait for.
-		d.p.Submit(env, func(dispatch.Ack) {})
+		d.p.Submit(env, func(action.Ack) {})
 		return &accepted{}, 0, nil
 	}
 	env.ControlSeq = d.controlSeq + 1
 	// Two acks at most: accepted (or refused), then completed or refused.
-	acks := make(chan dispatch.Ack, 2)
-	var first *dispatch.Ack
-	d.p.Submit(env, func(k dispatch.Ack) {
+	acks := make(chan action.Ack, 2)
+	var first *action.Ack
+	d.p.Submit(env, func(k action.Ack) {
 		if first == nil {
 			// The first ack comes from inside Submit, on this goroutine.
 			first = &k
@@ -355,7 +355,7 @@ func (d *driver) submitOnce(a action.Action) (*accepted, time.Duration, error) {
 	switch {
 	case first == nil:
 		return &accepted{}, 0, errcode.New(errcode.OutcomeUnknown, "the dispatcher did not answer")
-	case first.Status == dispatch.StatusAccepted:
+	case first.Status == action.StatusAccepted:
 		d.controlSeq = env.ControlSeq // acceptance consumes the seq
 		return &accepted{rev: first.ActionRevision, acks: acks}, 0, nil
 	}

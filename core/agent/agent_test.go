@@ -421,14 +421,14 @@ func TestClickAfterViewportChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	acks := make(chan dispatch.Ack, 4)
-	p.Submit(dispatch.Envelope{ControlSeq: 1, ActionID: "vp", Action: action.Action{Kind: action.Viewport, Width: 640, Height: 480}},
-		func(a dispatch.Ack) { acks <- a })
+	acks := make(chan action.Ack, 4)
+	p.Submit(action.Envelope{ControlSeq: 1, ActionID: "vp", Action: action.Action{Kind: action.Viewport, Width: 640, Height: 480}},
+		func(a action.Ack) { acks <- a })
 	for a := range acks {
-		if a.Status == dispatch.StatusRejected {
+		if a.Status == action.StatusRejected {
 			t.Fatalf("viewport: %+v", a)
 		}
-		if a.Status == dispatch.StatusCompleted {
+		if a.Status == action.StatusCompleted {
 			break
 		}
 	}

@@ -89,10 +89,10 @@ func TestTabsSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	acks := make(chan dispatch.Ack, 4)
-	p.Submit(dispatch.Envelope{ControlSeq: 1, ActionID: "old", Action: action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "left", ClickCount: 1, PageRevision: oldRev}},
-		func(a dispatch.Ack) { acks <- a })
-	if a := <-acks; a.Status != dispatch.StatusRejected || a.Code != errcode.StalePage {
+	acks := make(chan action.Ack, 4)
+	p.Submit(action.Envelope{ControlSeq: 1, ActionID: "old", Action: action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "left", ClickCount: 1, PageRevision: oldRev}},
+		func(a action.Ack) { acks <- a })
+	if a := <-acks; a.Status != action.StatusRejected || a.Code != errcode.StalePage {
 		t.Errorf("pointer_down with the first page's revision: %+v", a)
 	}
 

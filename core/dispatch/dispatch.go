@@ -116,38 +116,6 @@ type Producer struct {
 	Owner      string
 }
 
-// Envelope is one submitted action with its fencing fields. The caller
-// stamps ProducerID and ProducerGeneration from the peer's grant.
-type Envelope struct {
-	ProducerID         string
-	ProducerGeneration uint64
-	ControlSeq         uint64 // control-channel actions: must be last+1 (first is 1)
-	PointerSeq         uint64 // pointer-channel actions (action.OnPointerChannel): must exceed the high-water mark
-	ActionID           string // required for control actions; idempotency key per producer
-	Action             action.Action
-}
-
-// Ack statuses.
-const (
-	StatusAccepted  = "accepted"
-	StatusCompleted = "completed"
-	StatusRejected  = "rejected"
-)
-
-// Ack answers a submitted action on the control channel.
-type Ack struct {
-	ActionID       string         `json:"actionId" cbor:"actionId"`
-	Status         string         `json:"status" cbor:"status"` // accepted | completed | rejected
-	Code           string         `json:"code,omitempty" cbor:"code,omitempty"`
-	Message        string         `json:"message,omitempty" cbor:"message,omitempty"`
-	ActionRevision uint64         `json:"actionRevision,omitempty" cbor:"actionRevision,omitempty"`
-	PageRevision   uint64         `json:"pageRevision" cbor:"pageRevision"`
-	Result         *action.Result `json:"result,omitempty" cbor:"result,omitempty"`
-	// RetryAfterMs, on a rate_limited refusal: when the producer's next
-	// credit is due, so a sender can wait exactly that long.
-	RetryAfterMs int `json:"retryAfterMs,omitempty" cbor:"retryAfterMs,omitempty"`
-}
-
 // Dispatcher is the one action dispatcher of a browser session.
 type Dispatcher struct {
 	cfg   Config
@@ -295,9 +263,9 @@ func (d *Dispatcher) Close() {
 // reply is called from the caller's goroutine or the worker's, never under
 // the dispatcher's lock. It must not block and must not call Close; it may
 // call Submit, End, Renew or Stats.
-func (d *Dispatcher) Submit(e Envelope, reply func(Ack)) {
+func (d *Dispatcher) Submit(e action.Envelope, reply func(action.Ack)) {
 	if reply == nil {
-		reply = func(Ack) {}
+		reply = func(action.Ack) {}
 	}
 	verr := Validate(e.Action)
 	pageRev := d.ex.PageRevision()
@@ -322,15 +290,15 @@ func (d *Dispatcher) Submit(e Envelope, reply func(Ack)) {
 }
 
 type submitOut struct {
-	acks []Ack
+	acks []action.Ack
 	item *item // accepted control action, its accepted ack in acks
 }
 
-func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply func(Ack)) submitOut {
+func (d *Dispatcher) submitLocked(e action.Envelope, verr error, pageRev uint64, reply func(action.Ack)) submitOut {
 	reject := func(code, msg string) submitOut {
 		d.st.rejected[code]++
 		d.cfg.Telemetry.ActionRejected(code)
-		return submitOut{acks: []Ack{{ActionID: e.ActionID, Status: StatusRejected, Code: code, Message: msg, PageRevision: pageRev}}}
+		return submitOut{acks: []action.Ack{{ActionID: e.ActionID, Status: action.StatusRejected, Code: code, Message: msg, PageRevision: pageRev}}}
 	}
 	if d.closed {
 		return reject(errcode.SessionClosed, "session closed")
@@ -359,9 +327,9 @@ func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply 
 	switch {
 	case a.Kind == action.Heartbeat:
 		d.st.heartbeats++
-		return submitOut{acks: []Ack{
-			{ActionID: e.ActionID, Status: StatusAccepted, PageRevision: pageRev},
-			{ActionID: e.ActionID, Status: StatusCompleted, PageRevision: pageRev, Result: &action.Result{PageRevision: pageRev}},
+		return submitOut{acks: []action.Ack{
+			{ActionID: e.ActionID, Status: action.StatusAccepted, PageRevision: pageRev},
+			{ActionID: e.ActionID, Status: action.StatusCompleted, PageRevision: pageRev, Result: &action.Result{PageRevision: pageRev}},
 		}}
 	case a.OnPointerChannel():
 		return d.submitPointerLocked(p, e, now, pageRev, reply, reject)
@@ -377,9 +345,9 @@ func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply 
 		}
 		d.st.duplicates++
 		if en.final != nil {
-			return submitOut{acks: []Ack{en.final.clone()}}
+			return submitOut{acks: []action.Ack{cloneAck(*en.final)}}
 		}
-		return submitOut{acks: []Ack{{ActionID: e.ActionID, Status: StatusAccepted, ActionRevision: en.rev, PageRevision: pageRev}}}
+		return submitOut{acks: []action.Ack{{ActionID: e.ActionID, Status: action.StatusAccepted, ActionRevision: en.rev, PageRevision: pageRev}}}
 	}
 	if e.ControlSeq != gen.lastControl+1 {
 		return reject(errcode.SeqGap, "controlSeq out of order: expected "+strconv.FormatUint(gen.lastControl+1, 10))
@@ -409,12 +377,12 @@ func (d *Dispatcher) submitLocked(e Envelope, verr error, pageRev uint64, reply 
 	it := &item{p: p, gen: gen, env: e, rev: d.rev, size: size, reply: reply, control: true, acceptPending: true}
 	d.enqueueLocked(p, it)
 	return submitOut{
-		acks: []Ack{{ActionID: e.ActionID, Status: StatusAccepted, ActionRevision: it.rev, PageRevision: pageRev}},
+		acks: []action.Ack{{ActionID: e.ActionID, Status: action.StatusAccepted, ActionRevision: it.rev, PageRevision: pageRev}},
 		item: it,
 	}
 }
 
-func (d *Dispatcher) submitPointerLocked(p *producer, e Envelope, now time.Time, pageRev uint64, reply func(Ack), reject func(code, msg string) submitOut) submitOut {
+func (d *Dispatcher) submitPointerLocked(p *producer, e action.Envelope, now time.Time, pageRev uint64, reply func(action.Ack), reject func(code, msg string) submitOut) submitOut {
 	gen := p.gen
 	if e.PointerSeq <= gen.pointerHW {
 		d.st.droppedPointer++
@@ -480,7 +448,7 @@ func stalePage(a action.Action, pageRev uint64) bool {
 // drop is a queued action refused because its producer generation ended.
 type drop struct {
 	it  *item
-	ack Ack
+	ack action.Ack
 }
 
 // endGenerationLocked ends p's current generation: its queue is dropped
@@ -492,7 +460,7 @@ func (d *Dispatcher) endGenerationLocked(p *producer, code, reason string, pageR
 	for _, it := range p.queue {
 		d.queued--
 		d.qbytes -= it.size
-		ack := Ack{ActionID: it.env.ActionID, Status: StatusRejected, Code: code, Message: reason + "; the action did not run", ActionRevision: it.rev, PageRevision: pageRev}
+		ack := action.Ack{ActionID: it.env.ActionID, Status: action.StatusRejected, Code: code, Message: reason + "; the action did not run", ActionRevision: it.rev, PageRevision: pageRev}
 		d.st.rejected[code]++
 		d.cfg.Telemetry.ActionRejected(code)
 		if it.control {

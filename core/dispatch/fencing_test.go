@@ -29,37 +29,37 @@ func TestFencing(t *testing.T) {
 		steps []step
 	}{
 		{"gap then fill", []step{
-			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: action.StatusAccepted, runs: true},
 			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: errcode.SeqGap},
-			{ch: 'c', seq: 2, id: "a2", a: keyUp("KeyA"), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 2, id: "a2", a: keyUp("KeyA"), want: action.StatusAccepted, runs: true},
 			// (a key_up of a key not held would complete without running)
-			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: action.StatusAccepted, runs: true},
 		}},
 		{"first seq is 1", []step{
 			{ch: 'c', seq: 0, id: "a0", a: keyDown("KeyA"), want: errcode.SeqGap},
 			{ch: 'c', seq: 2, id: "a2", a: keyDown("KeyA"), want: errcode.SeqGap},
-			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: action.StatusAccepted, runs: true},
 		}},
 		{"replay of unknown actionId", []step{
-			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 2, id: "a2", a: keyUp("KeyA"), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: action.StatusAccepted, runs: true},
+			{ch: 'c', seq: 2, id: "a2", a: keyUp("KeyA"), want: action.StatusAccepted, runs: true},
 			{ch: 'c', seq: 1, id: "other", a: keyDown("KeyA"), want: errcode.SeqGap},
 			{ch: 'c', seq: 2, id: "other2", a: keyDown("KeyA"), want: errcode.SeqGap},
-			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: action.StatusAccepted, runs: true},
 		}},
 		{"duplicate same payload returns ledger result, never re-runs", []step{
-			{ch: 'c', seq: 1, id: "a1", a: nav("https://example.test/"), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 1, id: "a1", a: nav("https://example.test/"), want: StatusCompleted},
+			{ch: 'c', seq: 1, id: "a1", a: nav("https://example.test/"), want: action.StatusAccepted, runs: true},
+			{ch: 'c', seq: 1, id: "a1", a: nav("https://example.test/"), want: action.StatusCompleted},
 			// whatever its seq: a known actionId is answered from the ledger and consumes nothing
-			{ch: 'c', seq: 2, id: "a1", a: nav("https://example.test/"), want: StatusCompleted},
-			{ch: 'c', seq: 7, id: "a1", a: nav("https://example.test/"), want: StatusCompleted},
-			{ch: 'c', seq: 2, id: "a2", a: action.Action{Kind: action.Reload}, want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 2, id: "a1", a: nav("https://example.test/"), want: action.StatusCompleted},
+			{ch: 'c', seq: 7, id: "a1", a: nav("https://example.test/"), want: action.StatusCompleted},
+			{ch: 'c', seq: 2, id: "a2", a: action.Action{Kind: action.Reload}, want: action.StatusAccepted, runs: true},
 		}},
 		{"duplicate different payload is a conflict", []step{
-			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: action.StatusAccepted, runs: true},
 			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyB"), want: errcode.Conflict},
 			{ch: 'c', seq: 2, id: "a1", a: keyDown("KeyB"), want: errcode.Conflict},
-			{ch: 'c', seq: 2, id: "a2", a: keyDown("KeyB"), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 2, id: "a2", a: keyDown("KeyB"), want: action.StatusAccepted, runs: true},
 		}},
 		{"a rejected message does not consume its seq", []step{
 			{ch: 'c', seq: 1, id: "a1", a: ptrDown(2, 0), want: errcode.InvalidArgument},
@@ -68,14 +68,14 @@ func TestFencing(t *testing.T) {
 			{ch: 'c', seq: 1, id: long, a: keyDown("KeyA"), want: errcode.InvalidArgument},
 			{ch: 'c', seq: 1, id: "a1", a: action.Action{Kind: "teleport"}, want: errcode.UnknownKind},
 			// the rejected actionId was not recorded: it can be used again
-			{ch: 'c', seq: 1, id: "a1", a: ptrDown(0.5, 0.5), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 2, id: "a2", a: ptrUp(0.5, 0.5), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 1, id: "a1", a: ptrDown(0.5, 0.5), want: action.StatusAccepted, runs: true},
+			{ch: 'c', seq: 2, id: "a2", a: ptrUp(0.5, 0.5), want: action.StatusAccepted, runs: true},
 		}},
 		{"stale page revision at submit", []step{
 			{page: 5, ch: 'c', seq: 1, id: "a1", a: withPage(ptrDown(0.1, 0.1), 4), want: errcode.StalePage},
-			{ch: 'c', seq: 1, id: "a1", a: withPage(ptrDown(0.1, 0.1), 5), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 2, id: "a2", a: ptrUp(0.1, 0.1), want: StatusAccepted, runs: true}, // 0: not given
-			{ch: 'c', seq: 3, id: "a3", a: withPage(keyDown("KeyA"), 1), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 1, id: "a1", a: withPage(ptrDown(0.1, 0.1), 5), want: action.StatusAccepted, runs: true},
+			{ch: 'c', seq: 2, id: "a2", a: ptrUp(0.1, 0.1), want: action.StatusAccepted, runs: true}, // 0: not given
+			{ch: 'c', seq: 3, id: "a3", a: withPage(keyDown("KeyA"), 1), want: action.StatusAccepted, runs: true},
 			{ch: 'p', seq: 1, a: withPage(move(0.2, 0.2), 4), want: ""},             // dropped silently
 			{ch: 'p', seq: 2, a: withPage(move(0.3, 0.3), 5), want: "", runs: true}, // accepted, no ack
 			{page: 6, ch: 'c', seq: 4, id: "a4", a: withPage(ptrDown(0.1, 0.1), 5), want: errcode.StalePage},
@@ -89,14 +89,14 @@ func TestFencing(t *testing.T) {
 		{"a dropped pointer never blocks the next control", []step{
 			{ch: 'p', seq: 5, a: move(0.5, 0.5), want: "", runs: true},
 			{ch: 'p', seq: 3, a: move(0.3, 0.3), want: ""},
-			{ch: 'c', seq: 1, id: "a1", a: ptrDown(0.5, 0.5), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 1, id: "a1", a: ptrDown(0.5, 0.5), want: action.StatusAccepted, runs: true},
 			{ch: 'p', seq: 1, a: move(0.1, 0.1), want: ""},
-			{ch: 'c', seq: 2, id: "a2", a: ptrUp(0.5, 0.5), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 2, id: "a2", a: ptrUp(0.5, 0.5), want: action.StatusAccepted, runs: true},
 		}},
 		{"control never moves the pointer high-water", []step{
-			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 2, id: "a2", a: keyUp("KeyA"), want: StatusAccepted, runs: true},
-			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: action.StatusAccepted, runs: true},
+			{ch: 'c', seq: 2, id: "a2", a: keyUp("KeyA"), want: action.StatusAccepted, runs: true},
+			{ch: 'c', seq: 3, id: "a3", a: keyDown("KeyB"), want: action.StatusAccepted, runs: true},
 			{ch: 'p', seq: 1, a: move(0.1, 0.1), want: "", runs: true},
 			{ch: 'p', seq: 2, a: move(0.2, 0.2), want: "", runs: true},
 		}},
@@ -106,9 +106,9 @@ func TestFencing(t *testing.T) {
 			{ch: 'p', seq: 3, a: move(0.5, 0.5), want: "", runs: true},
 		}},
 		{"heartbeat is out of band", []step{
-			{ch: 'c', seq: 0, id: "", a: action.Action{Kind: action.Heartbeat}, want: StatusAccepted},
-			{ch: 'c', seq: 99, id: "hb", a: action.Action{Kind: action.Heartbeat}, want: StatusAccepted},
-			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: StatusAccepted, runs: true},
+			{ch: 'c', seq: 0, id: "", a: action.Action{Kind: action.Heartbeat}, want: action.StatusAccepted},
+			{ch: 'c', seq: 99, id: "hb", a: action.Action{Kind: action.Heartbeat}, want: action.StatusAccepted},
+			{ch: 'c', seq: 1, id: "a1", a: keyDown("KeyA"), want: action.StatusAccepted, runs: true},
 		}},
 	}
 	for _, sc := range scenarios {
@@ -138,12 +138,12 @@ func TestFencing(t *testing.T) {
 				case statusOrCode(acks[0]) != s.want:
 					t.Fatalf("step %d: want %s, got %+v", i, s.want, acks[0])
 				}
-				if s.want == StatusAccepted && s.runs {
-					if len(acks) != 2 || acks[1].Status != StatusCompleted || acks[1].ActionRevision != acks[0].ActionRevision {
+				if s.want == action.StatusAccepted && s.runs {
+					if len(acks) != 2 || acks[1].Status != action.StatusCompleted || acks[1].ActionRevision != acks[0].ActionRevision {
 						t.Fatalf("step %d: want accepted then completed with one revision, got %+v", i, acks)
 					}
 				}
-				if len(acks) > 0 && acks[0].Status == StatusRejected && acks[0].Message == "" {
+				if len(acks) > 0 && acks[0].Status == action.StatusRejected && acks[0].Message == "" {
 					t.Fatalf("step %d: rejection without message: %+v", i, acks[0])
 				}
 				if s.runs {
@@ -184,11 +184,11 @@ func TestDuplicateInFlight(t *testing.T) {
 	s1 := h.ctl(p, 1, "a1", nav("https://slow.test/"))
 	h.waitStarted("https://slow.test/")
 	acc := first(t, s1)
-	if acc.Status != StatusAccepted || acc.ActionRevision == 0 {
+	if acc.Status != action.StatusAccepted || acc.ActionRevision == 0 {
 		t.Fatalf("first ack %+v", acc)
 	}
 	dup := h.ctl(p, 1, "a1", nav("https://slow.test/"))
-	if got := dup.all(); len(got) != 1 || got[0].Status != StatusAccepted || got[0].ActionRevision != acc.ActionRevision {
+	if got := dup.all(); len(got) != 1 || got[0].Status != action.StatusAccepted || got[0].ActionRevision != acc.ActionRevision {
 		t.Fatalf("in-flight duplicate acks %+v, want the accepted ack", got)
 	}
 	if got := first(t, h.ctl(p, 2, "a1", nav("https://other.test/"))); got.Code != errcode.Conflict {
@@ -196,11 +196,11 @@ func TestDuplicateInFlight(t *testing.T) {
 	}
 	unblock()
 	fin := final(t, s1)
-	if fin.Status != StatusCompleted {
+	if fin.Status != action.StatusCompleted {
 		t.Fatalf("final %+v", fin)
 	}
 	again := h.ctl(p, 1, "a1", nav("https://slow.test/"))
-	if got := again.all(); len(got) != 1 || got[0].Status != StatusCompleted || got[0].ActionRevision != acc.ActionRevision {
+	if got := again.all(); len(got) != 1 || got[0].Status != action.StatusCompleted || got[0].ActionRevision != acc.ActionRevision {
 		t.Fatalf("completed duplicate acks %+v, want the completed ack", got)
 	}
 	h.idle()
@@ -223,7 +223,7 @@ func TestStalePageAtExecution(t *testing.T) {
 	h.ptr(p, 1, withPage(move(0.4, 0.4), 5))
 	key := h.ctl(p, 3, "a3", withPage(keyDown("KeyA"), 5))
 	for _, s := range []*sub{down, key} {
-		if got := first(t, s); got.Status != StatusAccepted {
+		if got := first(t, s); got.Status != action.StatusAccepted {
 			t.Fatalf("ack %+v", got)
 		}
 	}
@@ -233,7 +233,7 @@ func TestStalePageAtExecution(t *testing.T) {
 	if got := final(t, down); got.Code != errcode.StalePage || got.PageRevision != 6 {
 		t.Fatalf("pointer_down final %+v, want stale_page at revision 6", got)
 	}
-	if got := final(t, key); got.Status != StatusCompleted {
+	if got := final(t, key); got.Status != action.StatusCompleted {
 		t.Fatalf("key_down final %+v, want completed (not a coordinate action)", got)
 	}
 	calls := h.ex.snapshot()
@@ -245,7 +245,7 @@ func TestStalePageAtExecution(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// The stale pointer_down consumed its seq: it was accepted.
-	if got := first(t, h.ctl(p, 4, "a4", withPage(ptrDown(0.5, 0.5), 6))); got.Status != StatusAccepted {
+	if got := first(t, h.ctl(p, 4, "a4", withPage(ptrDown(0.5, 0.5), 6))); got.Status != action.StatusAccepted {
 		t.Fatalf("next seq %+v", got)
 	}
 	// A stale action is answered from the ledger like any other.
@@ -263,7 +263,7 @@ func TestGenerations(t *testing.T) {
 	if other := h.d.Grant(KindHuman, "alice"); other.ID == g1.ID {
 		t.Fatal("two grants share an id")
 	}
-	if got := first(t, h.ctl(g1, 1, "a1", keyDown("KeyA"))); got.Status != StatusAccepted {
+	if got := first(t, h.ctl(g1, 1, "a1", keyDown("KeyA"))); got.Status != action.StatusAccepted {
 		t.Fatalf("%+v", got)
 	}
 	h.idle()
@@ -273,19 +273,19 @@ func TestGenerations(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		e    Envelope
+		e    action.Envelope
 		want string
 	}{
-		{"old generation control", Envelope{ProducerID: g1.ID, ProducerGeneration: 1, ControlSeq: 2, ActionID: "a2", Action: keyUp("KeyA")}, errcode.StaleGeneration},
-		{"old generation pointer", Envelope{ProducerID: g1.ID, ProducerGeneration: 1, PointerSeq: 1, Action: move(0.5, 0.5)}, errcode.StaleGeneration},
-		{"future generation", Envelope{ProducerID: g1.ID, ProducerGeneration: 3, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.StaleGeneration},
-		{"generation zero", Envelope{ProducerID: g1.ID, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.StaleGeneration},
-		{"unknown producer", Envelope{ProducerID: "nobody", ProducerGeneration: 1, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.UnknownProducer},
-		{"empty producer", Envelope{ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.UnknownProducer},
-		{"old generation heartbeat", Envelope{ProducerID: g1.ID, ProducerGeneration: 1, Action: action.Action{Kind: action.Heartbeat}}, errcode.StaleGeneration},
+		{"old generation control", action.Envelope{ProducerID: g1.ID, ProducerGeneration: 1, ControlSeq: 2, ActionID: "a2", Action: keyUp("KeyA")}, errcode.StaleGeneration},
+		{"old generation pointer", action.Envelope{ProducerID: g1.ID, ProducerGeneration: 1, PointerSeq: 1, Action: move(0.5, 0.5)}, errcode.StaleGeneration},
+		{"future generation", action.Envelope{ProducerID: g1.ID, ProducerGeneration: 3, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.StaleGeneration},
+		{"generation zero", action.Envelope{ProducerID: g1.ID, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.StaleGeneration},
+		{"unknown producer", action.Envelope{ProducerID: "nobody", ProducerGeneration: 1, ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.UnknownProducer},
+		{"empty producer", action.Envelope{ControlSeq: 1, ActionID: "x", Action: keyUp("KeyA")}, errcode.UnknownProducer},
+		{"old generation heartbeat", action.Envelope{ProducerID: g1.ID, ProducerGeneration: 1, Action: action.Action{Kind: action.Heartbeat}}, errcode.StaleGeneration},
 		// new generation: fresh sequence spaces and a fresh ledger
-		{"new generation starts at 1", Envelope{ProducerID: g1.ID, ProducerGeneration: 2, ControlSeq: 1, ActionID: "a1", Action: keyDown("KeyB")}, StatusAccepted},
-		{"new generation pointer starts fresh", Envelope{ProducerID: g1.ID, ProducerGeneration: 2, PointerSeq: 1, Action: action.Action{Kind: action.Wheel, X: 0.5, Y: 0.5, DeltaY: 5}}, ""},
+		{"new generation starts at 1", action.Envelope{ProducerID: g1.ID, ProducerGeneration: 2, ControlSeq: 1, ActionID: "a1", Action: keyDown("KeyB")}, action.StatusAccepted},
+		{"new generation pointer starts fresh", action.Envelope{ProducerID: g1.ID, ProducerGeneration: 2, PointerSeq: 1, Action: action.Action{Kind: action.Wheel, X: 0.5, Y: 0.5, DeltaY: 5}}, ""},
 	}
 	for _, c := range cases {
 		got := h.submit(c.e).all()
@@ -304,14 +304,14 @@ func TestGenerations(t *testing.T) {
 		t.Fatalf("renew: %+v %v", g3, err)
 	}
 	for _, gen := range []uint64{1, 2} {
-		if got := first(t, h.submit(Envelope{ProducerID: g1.ID, ProducerGeneration: gen, ControlSeq: 2, ActionID: "z", Action: keyUp("KeyB")})); got.Code != errcode.StaleGeneration {
+		if got := first(t, h.submit(action.Envelope{ProducerID: g1.ID, ProducerGeneration: gen, ControlSeq: 2, ActionID: "z", Action: keyUp("KeyB")})); got.Code != errcode.StaleGeneration {
 			t.Fatalf("gen %d after renew: %+v", gen, got)
 		}
 	}
 	h.d.End(g1.ID)
 	h.d.End(g1.ID) // idempotent
 	for _, gen := range []uint64{1, 2, 3, 4} {
-		if got := first(t, h.submit(Envelope{ProducerID: g1.ID, ProducerGeneration: gen, ControlSeq: 1, ActionID: "z", Action: keyUp("KeyB")})); got.Code != errcode.StaleGeneration {
+		if got := first(t, h.submit(action.Envelope{ProducerID: g1.ID, ProducerGeneration: gen, ControlSeq: 1, ActionID: "z", Action: keyUp("KeyB")})); got.Code != errcode.StaleGeneration {
 			t.Fatalf("gen %d after end: %+v", gen, got)
 		}
 	}
@@ -337,7 +337,7 @@ func TestActionRevision(t *testing.T) {
 	check := func(s *sub) {
 		t.Helper()
 		got := first(t, s)
-		if got.Status != StatusAccepted || got.ActionRevision <= last {
+		if got.Status != action.StatusAccepted || got.ActionRevision <= last {
 			t.Fatalf("ack %+v after revision %d", got, last)
 		}
 		last = got.ActionRevision

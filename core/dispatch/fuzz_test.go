@@ -233,7 +233,7 @@ func runOps(t *testing.T, data []byte) {
 		switch op % 8 {
 		case 0, 1, 2, 3, 4, 5: // submit
 			a := r.action()
-			e := Envelope{ProducerID: pid, ProducerGeneration: gen, Action: a, ActionID: string(rune('a' + r.next()%6))}
+			e := action.Envelope{ProducerID: pid, ProducerGeneration: gen, Action: a, ActionID: string(rune('a' + r.next()%6))}
 			if r.next()%8 == 0 {
 				e.ActionID = ""
 			}
@@ -248,19 +248,19 @@ func runOps(t *testing.T, data []byte) {
 			rec := record{control: !a.OnPointerChannel(), heartbeat: a.Kind == action.Heartbeat, s: s}
 			switch {
 			case rec.heartbeat:
-				if len(acks) != 2 && !(len(acks) == 1 && acks[0].Status == StatusRejected) {
+				if len(acks) != 2 && !(len(acks) == 1 && acks[0].Status == action.StatusRejected) {
 					t.Fatalf("heartbeat acks %+v", acks)
 				}
 			case rec.control:
 				if len(acks) < 1 {
 					t.Fatalf("control %+v: no synchronous ack", e)
 				}
-				if acks[0].Status == StatusAccepted && acks[0].ActionRevision > maxRev {
+				if acks[0].Status == action.StatusAccepted && acks[0].ActionRevision > maxRev {
 					rec.fresh = true
 					st.seq++
 				}
 			default:
-				if len(acks) > 1 || (len(acks) == 1 && acks[0].Status != StatusRejected) {
+				if len(acks) > 1 || (len(acks) == 1 && acks[0].Status != action.StatusRejected) {
 					t.Fatalf("pointer acks %+v", acks)
 				}
 				if e.PointerSeq >= st.ptr {
@@ -298,14 +298,14 @@ func runOps(t *testing.T, data []byte) {
 	for _, rec := range recs {
 		acks := rec.s.all()
 		for _, a := range acks {
-			if a.Status == StatusRejected && (!ackCodes[a.Code] || a.Message == "") {
+			if a.Status == action.StatusRejected && (!ackCodes[a.Code] || a.Message == "") {
 				t.Fatalf("rejected without a stable code: %+v", a)
 			}
 		}
 		switch {
 		case rec.heartbeat:
 		case rec.fresh:
-			if len(acks) != 2 || acks[1].Status == StatusAccepted || acks[1].ActionRevision != acks[0].ActionRevision {
+			if len(acks) != 2 || acks[1].Status == action.StatusAccepted || acks[1].ActionRevision != acks[0].ActionRevision {
 				t.Fatalf("accepted action acks %+v: want accepted then one final ack", acks)
 			}
 		case rec.control:

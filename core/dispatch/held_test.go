@@ -27,7 +27,7 @@ func releasesOf(calls []call, from int) []call {
 func pressAll(t *testing.T, h *harness, p Producer) {
 	t.Helper()
 	for i, a := range []action.Action{keyDown("ShiftLeft"), keyDown("KeyA"), ptrDown(0.3, 0.4)} {
-		if got := first(t, h.ctl(p, uint64(i+1), fmt.Sprint("press", i), a)); got.Status != StatusAccepted {
+		if got := first(t, h.ctl(p, uint64(i+1), fmt.Sprint("press", i), a)); got.Status != action.StatusAccepted {
 			t.Fatalf("press %d: %+v", i, got)
 		}
 	}
@@ -90,10 +90,10 @@ func TestHeldReleasedOnEndAndRenew(t *testing.T) {
 			bs := h.ctl(bystander, 1, "b1", keyDown("KeyZ"))
 			unblock()
 			h.idle()
-			if got := final(t, running); got.Status != StatusCompleted {
+			if got := final(t, running); got.Status != action.StatusCompleted {
 				t.Fatalf("the running action %+v, want completed", got)
 			}
-			if got := final(t, bs); got.Status != StatusCompleted {
+			if got := final(t, bs); got.Status != action.StatusCompleted {
 				t.Fatalf("bystander %+v", got)
 			}
 			calls := h.ex.snapshot()
@@ -207,8 +207,8 @@ func TestWatchdog(t *testing.T) {
 	h.idle()
 
 	h.clock.Advance(4 * time.Second)
-	hb := h.submit(Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, Action: action.Action{Kind: action.Heartbeat}})
-	if got := hb.all(); len(got) != 2 || got[0].Status != StatusAccepted || got[1].Status != StatusCompleted {
+	hb := h.submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, Action: action.Action{Kind: action.Heartbeat}})
+	if got := hb.all(); len(got) != 2 || got[0].Status != action.StatusAccepted || got[1].Status != action.StatusCompleted {
 		t.Fatalf("heartbeat acks %+v", got)
 	}
 	h.idle()
@@ -225,7 +225,7 @@ func TestWatchdog(t *testing.T) {
 		t.Fatalf("released while renewed by a refused message: %+v", got)
 	}
 	// Messages of another producer do not renew this one.
-	h.submit(Envelope{ProducerID: idler.ID, ProducerGeneration: idler.Generation, Action: action.Action{Kind: action.Heartbeat}})
+	h.submit(action.Envelope{ProducerID: idler.ID, ProducerGeneration: idler.Generation, Action: action.Action{Kind: action.Heartbeat}})
 	h.clock.Advance(1 * time.Second)
 	h.idle()
 	got := releasesOf(h.ex.snapshot(), 0)
@@ -237,7 +237,7 @@ func TestWatchdog(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// The producer lives on: it may press again.
-	if got := first(t, h.ctl(p, 2, "d2", keyDown("KeyA"))); got.Status != StatusAccepted {
+	if got := first(t, h.ctl(p, 2, "d2", keyDown("KeyA"))); got.Status != action.StatusAccepted {
 		t.Fatalf("after watchdog: %+v", got)
 	}
 	h.clock.Advance(time.Hour)
@@ -253,7 +253,7 @@ func TestWatchdogRealClock(t *testing.T) {
 	d := New(Config{HeldWatchdog: 50 * time.Millisecond}, ex)
 	defer d.Close()
 	p := d.Grant(KindHuman, "alice")
-	d.Submit(Envelope{ProducerID: p.ID, ProducerGeneration: 1, ControlSeq: 1, ActionID: "d", Action: ptrDown(0.2, 0.2)}, nil)
+	d.Submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: 1, ControlSeq: 1, ActionID: "d", Action: ptrDown(0.2, 0.2)}, nil)
 	eventually(t, "watchdog release", func() bool { return len(releasesOf(ex.snapshot(), 0)) == 1 })
 	if got := releasesOf(ex.snapshot(), 0)[0].a; got.Kind != action.PointerUp || got.Button != "left" || got.X != 0.2 {
 		t.Fatalf("release %+v", got)
@@ -271,7 +271,7 @@ func TestTooManyHeldKeys(t *testing.T) {
 		t.Fatalf("%+v", got)
 	}
 	// Pressing a held key again (auto-repeat) is fine.
-	if got := first(t, h.ctl(p, MaxHeldKeys+1, "r", keyDown("K0"))); got.Status != StatusAccepted {
+	if got := first(t, h.ctl(p, MaxHeldKeys+1, "r", keyDown("K0"))); got.Status != action.StatusAccepted {
 		t.Fatalf("%+v", got)
 	}
 }
@@ -287,15 +287,15 @@ func TestReplyReentrancy(t *testing.T) {
 	h.ctl(p, 2, "run", nav("https://slow.test/"))
 	h.waitStarted("https://slow.test/")
 	s := &sub{}
-	h.d.Submit(Envelope{ProducerID: p.ID, ProducerGeneration: 1, ControlSeq: 3, ActionID: "q", Action: text("x")}, func(a Ack) {
+	h.d.Submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: 1, ControlSeq: 3, ActionID: "q", Action: text("x")}, func(a action.Ack) {
 		s.reply(a)
-		if a.Status == StatusAccepted {
+		if a.Status == action.StatusAccepted {
 			_ = h.d.Stats()
 			h.d.End(p.ID) // e.g. the send failed: the peer is gone
 		}
 	})
 	got := s.all()
-	if len(got) != 2 || got[0].Status != StatusAccepted || got[1].Code != errcode.StaleGeneration {
+	if len(got) != 2 || got[0].Status != action.StatusAccepted || got[1].Code != errcode.StaleGeneration {
 		t.Fatalf("acks %+v, want accepted then stale_generation, both before Submit returned", got)
 	}
 	unblock()
@@ -310,15 +310,15 @@ func TestFinalAckNeverOvertakesAccepted(t *testing.T) {
 	h := newHarness(t, Config{})
 	p := h.d.Grant(KindHuman, "alice")
 	s := &sub{}
-	h.d.Submit(Envelope{ProducerID: p.ID, ProducerGeneration: 1, ControlSeq: 1, ActionID: "a", Action: keyDown("KeyA")}, func(a Ack) {
-		if a.Status == StatusAccepted {
+	h.d.Submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: 1, ControlSeq: 1, ActionID: "a", Action: keyDown("KeyA")}, func(a action.Ack) {
+		if a.Status == action.StatusAccepted {
 			// Hold the accepted ack until the worker has finished the action.
 			eventually(t, "completion", func() bool { return h.d.Stats().Completed == 1 })
 		}
 		s.reply(a)
 	})
 	got := s.all()
-	if len(got) != 2 || got[0].Status != StatusAccepted || got[1].Status != StatusCompleted {
+	if len(got) != 2 || got[0].Status != action.StatusAccepted || got[1].Status != action.StatusCompleted {
 		t.Fatalf("acks %+v, want accepted then completed", got)
 	}
 }
@@ -332,7 +332,7 @@ func TestStaleReleaseEndsTheHold(t *testing.T) {
 	h := newHarness(t, Config{})
 	h.ex.page.Store(5)
 	p := h.d.Grant(KindHuman, "alice")
-	if got := final(t, h.ctl(p, 1, "d1", withPage(ptrDown(0.5, 0.5), 5))); got.Status != StatusCompleted {
+	if got := final(t, h.ctl(p, 1, "d1", withPage(ptrDown(0.5, 0.5), 5))); got.Status != action.StatusCompleted {
 		t.Fatalf("pointer_down: %+v", got)
 	}
 	if st := h.d.Stats(); st.Held != 1 {
@@ -348,7 +348,7 @@ func TestStaleReleaseEndsTheHold(t *testing.T) {
 	}
 
 	// The same while queued: the page changes while the up waits.
-	if got := final(t, h.ctl(p, 2, "d2", withPage(ptrDown(0.5, 0.5), 6))); got.Status != StatusCompleted {
+	if got := final(t, h.ctl(p, 2, "d2", withPage(ptrDown(0.5, 0.5), 6))); got.Status != action.StatusCompleted {
 		t.Fatalf("pointer_down: %+v", got)
 	}
 	unblock := h.ex.blockOn("https://slow.test/")
@@ -441,7 +441,7 @@ func TestLiftHeldRunningPress(t *testing.T) {
 		t.Fatalf("releases %+v, want the running press's", rels)
 	}
 	close(gate)
-	if got := final(t, down); got.Status != StatusCompleted {
+	if got := final(t, down); got.Status != action.StatusCompleted {
 		t.Fatalf("press %+v", got)
 	}
 	h.idle()

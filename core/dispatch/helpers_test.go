@@ -133,33 +133,33 @@ func newHarness(t *testing.T, cfg Config) *harness {
 // sub records the acks of one Submit call.
 type sub struct {
 	mu   sync.Mutex
-	acks []Ack
+	acks []action.Ack
 }
 
-func (s *sub) reply(a Ack) {
+func (s *sub) reply(a action.Ack) {
 	s.mu.Lock()
 	s.acks = append(s.acks, a)
 	s.mu.Unlock()
 }
 
-func (s *sub) all() []Ack {
+func (s *sub) all() []action.Ack {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Ack(nil), s.acks...)
+	return append([]action.Ack(nil), s.acks...)
 }
 
-func (h *harness) submit(e Envelope) *sub {
+func (h *harness) submit(e action.Envelope) *sub {
 	s := &sub{}
 	h.d.Submit(e, s.reply)
 	return s
 }
 
 func (h *harness) ctl(p Producer, seq uint64, id string, a action.Action) *sub {
-	return h.submit(Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, ControlSeq: seq, ActionID: id, Action: a})
+	return h.submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, ControlSeq: seq, ActionID: id, Action: a})
 }
 
 func (h *harness) ptr(p Producer, seq uint64, a action.Action) *sub {
-	return h.submit(Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, PointerSeq: seq, Action: a})
+	return h.submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, PointerSeq: seq, Action: a})
 }
 
 // idle waits until the worker has nothing left to run.
@@ -203,7 +203,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 // first returns the synchronous ack of s (the first one).
-func first(t *testing.T, s *sub) Ack {
+func first(t *testing.T, s *sub) action.Ack {
 	t.Helper()
 	acks := s.all()
 	if len(acks) == 0 {
@@ -213,7 +213,7 @@ func first(t *testing.T, s *sub) Ack {
 }
 
 // final waits for the second ack of s (the final one of an accepted action).
-func final(t *testing.T, s *sub) Ack {
+func final(t *testing.T, s *sub) action.Ack {
 	t.Helper()
 	eventually(t, "final ack", func() bool { return len(s.all()) >= 2 })
 	acks := s.all()
@@ -224,8 +224,8 @@ func final(t *testing.T, s *sub) Ack {
 }
 
 // statusOrCode summarizes an ack as its status, or its code if rejected.
-func statusOrCode(a Ack) string {
-	if a.Status == StatusRejected {
+func statusOrCode(a action.Ack) string {
+	if a.Status == action.StatusRejected {
 		return a.Code
 	}
 	return a.Status

@@ -64,17 +64,17 @@ func newGeneration(n uint64, now time.Time) *generation {
 type item struct {
 	p       *producer
 	gen     *generation
-	env     Envelope
+	env     action.Envelope
 	rev     uint64
 	size    int
-	reply   func(Ack)
+	reply   func(action.Ack)
 	control bool
 	at      time.Time // accepted into the queue
 	// acceptPending is set until Submit has sent the accepted ack; a final
 	// ack ready before that is parked in deferred and sent by Submit, so it
 	// never overtakes the accepted ack and nobody waits for anybody.
 	acceptPending bool
-	deferred      *Ack
+	deferred      *action.Ack
 	// liftedOn is the revision of the page LiftHeld lifted this press on
 	// while it ran: if it ran there, finish does not note it as held.
 	liftedOn uint64
@@ -84,7 +84,7 @@ type item struct {
 type entry struct {
 	a     action.Action
 	rev   uint64
-	final *Ack // nil while queued or running
+	final *action.Ack // nil while queued or running
 }
 
 // ledger maps actionIds to results, keeping the most recent ones.
@@ -105,7 +105,8 @@ func (l *ledger) put(id string, e *entry, size int) {
 	}
 }
 
-func (a Ack) clone() Ack {
+// cloneAck copies a, Result included, so a ledger entry never shares it.
+func cloneAck(a action.Ack) action.Ack {
 	if a.Result != nil {
 		r := *a.Result
 		a.Result = &r

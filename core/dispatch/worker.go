@@ -158,23 +158,23 @@ func (d *Dispatcher) finish(it *item, res action.Result, err error, stale bool) 
 	if pageRev == 0 {
 		pageRev = d.ex.PageRevision()
 	}
-	ack := Ack{ActionID: it.env.ActionID, ActionRevision: it.rev, PageRevision: pageRev}
+	ack := action.Ack{ActionID: it.env.ActionID, ActionRevision: it.rev, PageRevision: pageRev}
 	var ae *errcode.Error
 	mayHave, surely := false, false
 	switch {
 	case err == nil:
-		ack.Status = StatusCompleted
+		ack.Status = action.StatusCompleted
 		r := res
 		ack.Result = &r
 		mayHave, surely = true, true
 	case errors.As(err, &ae):
-		ack.Status, ack.Code, ack.Message = StatusRejected, ae.Code, ae.Message
+		ack.Status, ack.Code, ack.Message = action.StatusRejected, ae.Code, ae.Message
 		if ack.Code == "" {
 			ack.Code = errcode.Failed
 		}
 	default:
 		// The action may have had its effect: say so, never re-run it.
-		ack.Status, ack.Code = StatusRejected, errcode.OutcomeUnknown
+		ack.Status, ack.Code = action.StatusRejected, errcode.OutcomeUnknown
 		ack.Message = "the action may have taken effect; it is not re-run"
 		mayHave = true
 		d.log.Warn("dispatch: action outcome unknown", "kind", it.env.Action.Kind, "err", err)
@@ -187,7 +187,7 @@ func (d *Dispatcher) finish(it *item, res action.Result, err error, stale bool) 
 		d.st.executed++
 	}
 	switch {
-	case ack.Status == StatusCompleted:
+	case ack.Status == action.StatusCompleted:
 		d.st.completed++
 	case silent:
 		d.st.droppedStalePage++
@@ -218,11 +218,11 @@ func (d *Dispatcher) finish(it *item, res action.Result, err error, stale bool) 
 	}
 	if it.control {
 		if en := it.gen.ledger.get(it.env.ActionID); en != nil && en.rev == it.rev {
-			f := ack.clone()
+			f := cloneAck(ack)
 			en.final = &f
 		}
 	}
-	send := !silent && (it.control || ack.Status != StatusCompleted)
+	send := !silent && (it.control || ack.Status != action.StatusCompleted)
 	if send && it.acceptPending {
 		it.deferred, send = &ack, false // Submit sends it after the accepted ack
 	}

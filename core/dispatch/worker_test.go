@@ -22,7 +22,7 @@ func TestQueueBounds(t *testing.T) {
 		h.ctl(p, 1, "run", nav("https://slow.test/"))
 		h.waitStarted("https://slow.test/") // running: not counted as queued
 		for i := range DefaultProducerQueue {
-			if got := first(t, h.ctl(p, uint64(i+2), fmt.Sprint(i), text("x"))); got.Status != StatusAccepted {
+			if got := first(t, h.ctl(p, uint64(i+2), fmt.Sprint(i), text("x"))); got.Status != action.StatusAccepted {
 				t.Fatalf("action %d: %+v", i, got)
 			}
 		}
@@ -38,7 +38,7 @@ func TestQueueBounds(t *testing.T) {
 		}
 		// Another producer still has room.
 		other := h.d.Grant(KindAgent, "bot")
-		if got := first(t, h.ctl(other, 1, "o", text("x"))); got.Status != StatusAccepted {
+		if got := first(t, h.ctl(other, 1, "o", text("x"))); got.Status != action.StatusAccepted {
 			t.Fatalf("other producer: %+v", got)
 		}
 	})
@@ -52,7 +52,7 @@ func TestQueueBounds(t *testing.T) {
 		for n := range DefaultSessionQueue / DefaultProducerQueue {
 			p := h.d.Grant(KindHuman, fmt.Sprint("u", n))
 			for i := range DefaultProducerQueue {
-				if got := first(t, h.ctl(p, uint64(i+1), fmt.Sprint(i), text("x"))); got.Status != StatusAccepted {
+				if got := first(t, h.ctl(p, uint64(i+1), fmt.Sprint(i), text("x"))); got.Status != action.StatusAccepted {
 					t.Fatalf("producer %d action %d: %+v", n, i, got)
 				}
 			}
@@ -75,7 +75,7 @@ func TestQueueBounds(t *testing.T) {
 		per := big.Size() + len("b0")
 		fit := DefaultSessionBytes / per
 		for i := range fit {
-			if got := first(t, h.ctl(p, uint64(i+2), fmt.Sprint("b", i), big)); got.Status != StatusAccepted {
+			if got := first(t, h.ctl(p, uint64(i+2), fmt.Sprint("b", i), big)); got.Status != action.StatusAccepted {
 				t.Fatalf("big %d: %+v", i, got)
 			}
 		}
@@ -93,7 +93,7 @@ func TestQueueBounds(t *testing.T) {
 		defer unblock()
 		h.ctl(p, 1, "run", nav("https://slow.test/"))
 		h.waitStarted("https://slow.test/")
-		if got := first(t, h.ctl(p, 2, "huge", text(strings.Repeat("a", MaxTextBytes)))); got.Status != StatusAccepted {
+		if got := first(t, h.ctl(p, 2, "huge", text(strings.Repeat("a", MaxTextBytes)))); got.Status != action.StatusAccepted {
 			t.Fatalf("1 MiB text into an empty queue: %+v", got)
 		}
 		if got := first(t, h.ctl(p, 3, "small", text("a"))); got.Code != errcode.QueueFull {
@@ -106,14 +106,14 @@ func TestRateLimit(t *testing.T) {
 	h := newHarness(t, Config{Burst: DefaultBurst}) // 16, 8/s on the fake clock
 	p := h.d.Grant(KindHuman, "alice")
 	seq := uint64(0)
-	send := func() Ack {
+	send := func() action.Ack {
 		t.Helper()
 		return first(t, h.ctl(p, seq+1, fmt.Sprint("a", seq+1), text("x")))
 	}
 	accept := func(n int) {
 		t.Helper()
 		for i := range n {
-			if got := send(); got.Status != StatusAccepted {
+			if got := send(); got.Status != action.StatusAccepted {
 				t.Fatalf("action %d of %d: %+v", i+1, n, got)
 			}
 			seq++
@@ -142,7 +142,7 @@ func TestRateLimit(t *testing.T) {
 			t.Fatalf("move %d: %+v", i, got)
 		}
 	}
-	if got := h.submit(Envelope{ProducerID: p.ID, ProducerGeneration: 1, Action: action.Action{Kind: action.Heartbeat}}).all(); len(got) != 2 {
+	if got := h.submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: 1, Action: action.Action{Kind: action.Heartbeat}}).all(); len(got) != 2 {
 		t.Fatalf("heartbeat %+v", got)
 	}
 	if got := first(t, h.ptr(p, 101, action.Action{Kind: action.Wheel, X: 0.5, Y: 0.5, DeltaY: 1})); got.Code != errcode.RateLimited {
@@ -160,7 +160,7 @@ func TestRateLimit(t *testing.T) {
 	// Releases are never charged: with the bucket empty, a key_up and a
 	// pointer_up still get through.
 	for i, a := range []action.Action{{Kind: action.KeyUp, Key: "a", Code: "KeyA"}, {Kind: action.PointerUp, X: 0.5, Y: 0.5, Button: "left"}} {
-		if got := first(t, h.ctl(p, seq+1, fmt.Sprint("rel", i), a)); got.Status != StatusAccepted {
+		if got := first(t, h.ctl(p, seq+1, fmt.Sprint("rel", i), a)); got.Status != action.StatusAccepted {
 			t.Fatalf("release %s with an empty bucket: %+v", a.Kind, got)
 		}
 		seq++
@@ -237,7 +237,7 @@ func TestDeadline(t *testing.T) {
 		if got := final(t, s); got.Code != c.want || got.Message == "" {
 			t.Fatalf("%s: %+v, want %s", c.url, got, c.want)
 		}
-		if got := final(t, next); got.Status != StatusCompleted {
+		if got := final(t, next); got.Status != action.StatusCompleted {
 			t.Fatalf("the action after %s: %+v", c.url, got)
 		}
 		// Never re-run: a duplicate returns the recorded outcome.
@@ -264,22 +264,22 @@ func TestExecutorOutcomes(t *testing.T) {
 	cases := []struct {
 		name string
 		fn   func() (action.Result, error)
-		want Ack
+		want action.Ack
 	}{
 		{"completed with result", func() (action.Result, error) { return action.Result{Text: "clip", PageRevision: 9}, nil },
-			Ack{Status: StatusCompleted, PageRevision: 9, Result: &action.Result{Text: "clip", PageRevision: 9}}},
+			action.Ack{Status: action.StatusCompleted, PageRevision: 9, Result: &action.Result{Text: "clip", PageRevision: 9}}},
 		{"refusal code passes through", func() (action.Result, error) {
 			return action.Result{}, errcode.Newf(errcode.NavigationBlocked, "blocked by policy")
-		}, Ack{Status: StatusRejected, Code: errcode.NavigationBlocked, Message: "blocked by policy", PageRevision: 3}},
+		}, action.Ack{Status: action.StatusRejected, Code: errcode.NavigationBlocked, Message: "blocked by policy", PageRevision: 3}},
 		{"wrapped refusal", func() (action.Result, error) {
 			return action.Result{}, fmt.Errorf("navigate: %w", errcode.Newf(errcode.NoDialog, "no dialog"))
-		}, Ack{Status: StatusRejected, Code: errcode.NoDialog, Message: "no dialog", PageRevision: 3}},
+		}, action.Ack{Status: action.StatusRejected, Code: errcode.NoDialog, Message: "no dialog", PageRevision: 3}},
 		{"refusal without code", func() (action.Result, error) { return action.Result{}, &errcode.Error{Message: "?"} },
-			Ack{Status: StatusRejected, Code: errcode.Failed, Message: "?", PageRevision: 3}},
+			action.Ack{Status: action.StatusRejected, Code: errcode.Failed, Message: "?", PageRevision: 3}},
 		{"other error", func() (action.Result, error) { return action.Result{}, errors.New("cdp: websocket closed") },
-			Ack{Status: StatusRejected, Code: errcode.OutcomeUnknown, Message: "the action may have taken effect; it is not re-run", PageRevision: 3}},
+			action.Ack{Status: action.StatusRejected, Code: errcode.OutcomeUnknown, Message: "the action may have taken effect; it is not re-run", PageRevision: 3}},
 		{"panic", func() (action.Result, error) { panic("executor bug") },
-			Ack{Status: StatusRejected, Code: errcode.OutcomeUnknown, Message: "the action may have taken effect; it is not re-run", PageRevision: 3}},
+			action.Ack{Status: action.StatusRejected, Code: errcode.OutcomeUnknown, Message: "the action may have taken effect; it is not re-run", PageRevision: 3}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -297,7 +297,7 @@ func TestExecutorOutcomes(t *testing.T) {
 			}
 			// The session goes on.
 			h.ex.setFn(nil)
-			if got := final(t, h.ctl(p, 2, "a2", keyDown("KeyA"))); got.Status != StatusCompleted {
+			if got := final(t, h.ctl(p, 2, "a2", keyDown("KeyA"))); got.Status != action.StatusCompleted {
 				t.Fatalf("next: %+v", got)
 			}
 		})
@@ -424,17 +424,17 @@ func TestConcurrentProducers(t *testing.T) {
 				}
 				s := &sub{}
 				a := []action.Action{keyDown("KeyA"), keyUp("KeyA"), ptrDown(0.5, 0.5), ptrUp(0.5, 0.5), text("x")}[i%5]
-				d.Submit(Envelope{ProducerID: p.ID, ProducerGeneration: gen, ControlSeq: seq, ActionID: fmt.Sprint(gen, "-", i), Action: a}, s.reply)
+				d.Submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: gen, ControlSeq: seq, ActionID: fmt.Sprint(gen, "-", i), Action: a}, s.reply)
 				acks := s.all()
 				if len(acks) == 0 {
 					t.Error("no synchronous ack")
 					return
 				}
-				if acks[0].Status == StatusAccepted {
+				if acks[0].Status == action.StatusAccepted {
 					seq++
 				}
 				mu.Lock()
-				recs = append(recs, rec{accepted: acks[0].Status == StatusAccepted, s: s})
+				recs = append(recs, rec{accepted: acks[0].Status == action.StatusAccepted, s: s})
 				mu.Unlock()
 			}
 			if n == 1 {
@@ -444,7 +444,7 @@ func TestConcurrentProducers(t *testing.T) {
 		go func() { // pointer channel
 			defer wg.Done()
 			for i := range perProducer {
-				d.Submit(Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, PointerSeq: uint64(perProducer - i%7 + i), Action: move(float64(i%10)/10, 0.5)}, nil)
+				d.Submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, PointerSeq: uint64(perProducer - i%7 + i), Action: move(float64(i%10)/10, 0.5)}, nil)
 			}
 		}()
 	}
@@ -459,7 +459,7 @@ func TestConcurrentProducers(t *testing.T) {
 		if len(acks) != want {
 			t.Fatalf("acks %+v, want %d", acks, want)
 		}
-		if r.accepted && acks[1].Status == StatusAccepted {
+		if r.accepted && acks[1].Status == action.StatusAccepted {
 			t.Fatalf("final ack is accepted: %+v", acks)
 		}
 	}

@@ -52,21 +52,21 @@ func TestMetrics(t *testing.T) {
 	// Input events through a real dispatcher.
 	d := dispatch.New(dispatch.Config{Deadline: 100 * time.Millisecond, Burst: 2, RatePerSec: 0.001, Telemetry: tm}, slowExec{})
 	p := d.Grant("human", user)
-	acks := make(chan dispatch.Ack, 16)
-	reply := func(a dispatch.Ack) {
-		if a.Status != dispatch.StatusAccepted {
+	acks := make(chan action.Ack, 16)
+	reply := func(a action.Ack) {
+		if a.Status != action.StatusAccepted {
 			acks <- a
 		}
 	}
 	submit := func(seq uint64, a action.Action) {
-		d.Submit(dispatch.Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, ControlSeq: seq, ActionID: "a" + string(rune('0'+seq)), Action: a}, reply)
+		d.Submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, ControlSeq: seq, ActionID: "a" + string(rune('0'+seq)), Action: a}, reply)
 	}
 	submit(1, action.Action{Kind: action.KeyDown, Key: "a", Code: "KeyA"})
-	if a := <-acks; a.Status != dispatch.StatusCompleted {
+	if a := <-acks; a.Status != action.StatusCompleted {
 		t.Fatalf("key_down: %+v", a)
 	}
 	submit(2, action.Action{Kind: action.Navigate, URL: "http://192.0.2.7/private"})
-	if a := <-acks; a.Status != dispatch.StatusRejected {
+	if a := <-acks; a.Status != action.StatusRejected {
 		t.Fatalf("navigate past its deadline: %+v", a)
 	}
 	submit(3, action.Action{Kind: action.TextInsert, Text: "x"}) // over the burst of 2

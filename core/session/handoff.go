@@ -7,6 +7,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/tabcast/tabcast/core/action"
 )
 
 // Control policies of a session.
@@ -153,12 +155,12 @@ func (s *Session) RequestHuman(ctx context.Context, by, reason string) (HumanOut
 	}
 	s.ho.requests[r.ID] = r
 	s.ho.mu.Unlock()
-	s.hub.publish(StateEvent{Type: "human_requested", Payload: r}, func(*StateEvent) {})
+	s.hub.publish(action.StateEvent{Type: "human_requested", Payload: r}, func(*action.StateEvent) {})
 	defer func() {
 		s.ho.mu.Lock()
 		delete(s.ho.requests, r.ID)
 		s.ho.mu.Unlock()
-		s.hub.publish(StateEvent{Type: "human_request_closed", Payload: map[string]string{"id": r.ID}}, func(*StateEvent) {})
+		s.hub.publish(action.StateEvent{Type: "human_request_closed", Payload: map[string]string{"id": r.ID}}, func(*action.StateEvent) {})
 	}()
 	select {
 	case who := <-r.done:

@@ -2,19 +2,12 @@ package session
 
 import (
 	"fmt"
-	"github.com/tabcast/tabcast/core/action"
 	"sync"
 
+	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/input"
 )
-
-// StateEvent is pushed to a session's interactive viewers: page_state,
-// dialog_opened, dialog_closed.
-type StateEvent struct {
-	Type    string
-	Payload any
-}
 
 // PageStatePayload is the page_state event's body.
 type PageStatePayload struct {
@@ -38,17 +31,17 @@ type DialogPayload struct {
 // the latest page state and open dialog for viewers who join later.
 type stateHub struct {
 	mu     sync.Mutex
-	subs   map[uint64]func(StateEvent)
+	subs   map[uint64]func(action.StateEvent)
 	next   uint64
-	page   *StateEvent
-	dialog *StateEvent
+	page   *action.StateEvent
+	dialog *action.StateEvent
 }
 
-func (h *stateHub) subscribe(fn func(StateEvent)) uint64 {
+func (h *stateHub) subscribe(fn func(action.StateEvent)) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.subs == nil {
-		h.subs = map[uint64]func(StateEvent){}
+		h.subs = map[uint64]func(action.StateEvent){}
 	}
 	h.next++
 	h.subs[h.next] = fn
@@ -75,7 +68,7 @@ func (h *stateHub) count() int {
 	return len(h.subs)
 }
 
-func (h *stateHub) publish(ev StateEvent, remember func(*StateEvent)) {
+func (h *stateHub) publish(ev action.StateEvent, remember func(*action.StateEvent)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	remember(&ev)
@@ -88,19 +81,19 @@ func (s *Session) onPageState(ps input.PageState) {
 	s.mu.Lock()
 	s.url, s.title = ps.URL, ps.Title
 	s.mu.Unlock()
-	s.hub.publish(StateEvent{Type: "page_state", Payload: PageStatePayload{
+	s.hub.publish(action.StateEvent{Type: "page_state", Payload: PageStatePayload{
 		URL: ps.URL, Title: ps.Title, CanGoBack: ps.CanGoBack, CanGoForward: ps.CanGoForward,
 		Loading: ps.Loading, PageRevision: ps.PageRevision,
-	}}, func(ev *StateEvent) { s.hub.page = ev })
+	}}, func(ev *action.StateEvent) { s.hub.page = ev })
 }
 
 func (s *Session) onDialogOpened(d input.Dialog) {
-	s.hub.publish(StateEvent{Type: "dialog_opened", Payload: DialogPayload{Type: d.Type, Message: d.Message, DefaultPrompt: d.DefaultPrompt}},
-		func(ev *StateEvent) { s.hub.dialog = ev })
+	s.hub.publish(action.StateEvent{Type: "dialog_opened", Payload: DialogPayload{Type: d.Type, Message: d.Message, DefaultPrompt: d.DefaultPrompt}},
+		func(ev *action.StateEvent) { s.hub.dialog = ev })
 }
 
 func (s *Session) onDialogClosed() {
-	s.hub.publish(StateEvent{Type: "dialog_closed", Payload: struct{}{}}, func(*StateEvent) { s.hub.dialog = nil })
+	s.hub.publish(action.StateEvent{Type: "dialog_closed", Payload: struct{}{}}, func(*action.StateEvent) { s.hub.dialog = nil })
 }
 
 // Producer is one interactive viewer's (or agent's) right to act on the
@@ -116,7 +109,7 @@ type Producer struct {
 
 // OpenProducer grants a new producer and subscribes onState to page events
 // (the current state is delivered at once). onState must not block.
-func (s *Session) OpenProducer(kind, owner string, onState func(StateEvent)) (*Producer, error) {
+func (s *Session) OpenProducer(kind, owner string, onState func(action.StateEvent)) (*Producer, error) {
 	s.mu.Lock()
 	st := s.state
 	s.mu.Unlock()
@@ -136,12 +129,16 @@ func (s *Session) OpenProducer(kind, owner string, onState func(StateEvent)) (*P
 // Grant returns the producer's id and generation.
 func (p *Producer) Grant() dispatch.Producer { return p.grant }
 
+// Producer is the grant's id and generation, which a viewer's envelopes
+// must carry (viewer.Input).
+func (p *Producer) Producer() (id string, generation uint64) { return p.grant.ID, p.grant.Generation }
+
 // PageRevision is the page's current revision.
 func (p *Producer) PageRevision() uint64 { return p.s.ex.PageRevision() }
 
 // Submit hands one envelope to the dispatcher. The producer fields are
 // stamped from the grant: a client never chooses them.
-func (p *Producer) Submit(e dispatch.Envelope, reply func(dispatch.Ack)) {
+func (p *Producer) Submit(e action.Envelope, reply func(action.Ack)) {
 	e.ProducerID, e.ProducerGeneration = p.grant.ID, p.grant.Generation
 	if e.Action.Kind != action.Heartbeat {
 		p.s.noteInput()

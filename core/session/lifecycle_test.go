@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/plugins/capture"
@@ -149,7 +150,7 @@ func TestCapacityAndTerminalSnapshots(t *testing.T) {
 func TestIdleReclaim(t *testing.T) {
 	m, _ := newManager(t, Config{IdleReclaim: 300 * time.Millisecond})
 	idle, driven := create(t, m), create(t, m)
-	p, err := driven.OpenProducer(dispatch.KindHuman, "t", func(StateEvent) {})
+	p, err := driven.OpenProducer(dispatch.KindHuman, "t", func(action.StateEvent) {})
 	if err != nil {
 		t.Fatalf("OpenProducer: %v", err)
 	}

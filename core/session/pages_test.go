@@ -52,14 +52,14 @@ func createAt(t *testing.T, m *Manager, url string) *Session {
 }
 
 // submitWait submits one control action and waits for its final ack.
-func submitWait(t *testing.T, p *Producer, seq uint64, a action.Action) dispatch.Ack {
+func submitWait(t *testing.T, p *Producer, seq uint64, a action.Action) action.Ack {
 	t.Helper()
-	acks := make(chan dispatch.Ack, 4)
-	p.Submit(dispatch.Envelope{ControlSeq: seq, ActionID: fmt.Sprint("a", seq), Action: a}, func(k dispatch.Ack) { acks <- k })
+	acks := make(chan action.Ack, 4)
+	p.Submit(action.Envelope{ControlSeq: seq, ActionID: fmt.Sprint("a", seq), Action: a}, func(k action.Ack) { acks <- k })
 	for {
 		select {
 		case k := <-acks:
-			if k.Status != dispatch.StatusAccepted {
+			if k.Status != action.StatusAccepted {
 				return k
 			}
 		case <-time.After(10 * time.Second):
@@ -77,7 +77,7 @@ func TestSwitchPage(t *testing.T) {
 
 	var mu sync.Mutex
 	var states []PageStatePayload
-	p, err := s.OpenProducer(dispatch.KindHuman, "ann", func(ev StateEvent) {
+	p, err := s.OpenProducer(dispatch.KindHuman, "ann", func(ev action.StateEvent) {
 		if ps, ok := ev.Payload.(PageStatePayload); ok {
 			mu.Lock()
 			states = append(states, ps)
@@ -91,7 +91,7 @@ func TestSwitchPage(t *testing.T) {
 	pageA, revA := s.Page(), p.PageRevision()
 
 	// Shift held on page A is lifted there when the session switches.
-	if k := submitWait(t, p, 1, action.Action{Kind: action.KeyDown, Key: "Shift", Code: "ShiftLeft", Modifiers: action.ModShift}); k.Status != dispatch.StatusCompleted {
+	if k := submitWait(t, p, 1, action.Action{Kind: action.KeyDown, Key: "Shift", Code: "ShiftLeft", Modifiers: action.ModShift}); k.Status != action.StatusCompleted {
 		t.Fatalf("key_down: %+v", k)
 	}
 	start := time.Now()
@@ -135,7 +135,7 @@ func TestSwitchPage(t *testing.T) {
 	if k := submitWait(t, p, 2, action.Action{Kind: action.PointerDown, X: 0.5, Y: 0.5, Button: "left", ClickCount: 1, PageRevision: revA}); k.Code != errcode.StalePage {
 		t.Errorf("pointer_down on the old revision: %+v", k)
 	}
-	if k := submitWait(t, p, 2, action.Action{Kind: action.KeyDown, Key: "x", Code: "KeyX"}); k.Status != dispatch.StatusCompleted {
+	if k := submitWait(t, p, 2, action.Action{Kind: action.KeyDown, Key: "x", Code: "KeyX"}); k.Status != action.StatusCompleted {
 		t.Fatalf("key_down x: %+v", k)
 	}
 	if err := s.Page().Evaluate(ctx, "window.log", &log); err != nil || !slices.Contains(log, "down x") {

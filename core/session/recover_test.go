@@ -66,7 +66,7 @@ func TestBrowserCrashRecoversSessions(t *testing.T) {
 	m, first := newManager(t, Config{Input: tabPolicy(), Launch: func(ctx context.Context) (Browser, error) { return launch(ctx) }})
 	srv := titled(t) // after newManager: closed before its leak check
 	a, b := createAt(t, m, srv.URL+"/t/alpha"), createAt(t, m, srv.URL+"/t/beta")
-	p, err := a.OpenProducer(dispatch.KindHuman, "t", func(StateEvent) {})
+	p, err := a.OpenProducer(dispatch.KindHuman, "t", func(action.StateEvent) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestBrowserCrashRecoversSessions(t *testing.T) {
 	}
 	// The producer granted before the crash drives the new page.
 	ack := submitWait(t, p, 1, action.Action{Kind: action.Navigate, URL: srv.URL + "/t/gamma"})
-	if ack.Status != dispatch.StatusCompleted {
+	if ack.Status != action.StatusCompleted {
 		t.Fatalf("navigate after the recovery: %+v", ack)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -177,12 +177,12 @@ func TestRendererCrashReloads(t *testing.T) {
 		t.Errorf("state %s after the second crash, want ready", st)
 	}
 	// A person's reload brings it back and clears the error.
-	p, err := s.OpenProducer(dispatch.KindHuman, "t", func(StateEvent) {})
+	p, err := s.OpenProducer(dispatch.KindHuman, "t", func(action.StateEvent) {})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if ack := submitWait(t, p, 1, action.Action{Kind: action.Reload}); ack.Status != dispatch.StatusCompleted {
+	if ack := submitWait(t, p, 1, action.Action{Kind: action.Reload}); ack.Status != action.StatusCompleted {
 		t.Fatalf("reload: %+v", ack)
 	}
 	deadline = time.Now().Add(5 * time.Second)

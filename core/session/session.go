@@ -20,12 +20,14 @@ import (
 	"github.com/chromedp/cdproto/page"
 
 	"github.com/pion/webrtc/v4"
+	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/egress"
 	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/media"
+	"github.com/tabcast/tabcast/core/viewer"
 	"github.com/tabcast/tabcast/plugins/capture"
 )
 
@@ -459,11 +461,16 @@ type ViewerInfo struct {
 const maxViewerInfos = 64
 
 // ViewerReport records a viewer's transport (every second while it
-// watches); its estimate steers codec's encoder (the weakest viewer's).
-func (s *Session) ViewerReport(v ViewerInfo) {
-	v.Updated = time.Now().UTC()
+// watches) for the panel's table; its estimate, in bit/s as the peer's
+// estimator gives it, steers codec's encoder (the weakest viewer's).
+func (s *Session) ViewerReport(codec, user string, interactive bool, t viewer.Transport) {
+	v := ViewerInfo{
+		Peer: t.Peer, User: user, Codec: codec, Interactive: interactive, Path: t.Path, Protocol: t.Protocol,
+		RTTMs: float64(t.RTT.Microseconds()) / 1000, LossPct: 100 * t.FractionLost,
+		EstimateKbps: t.EstimateBps / 1000, SteadyKbps: t.SteadyBps / 1000, Updated: time.Now().UTC(),
+	}
 	s.mu.Lock()
-	p := s.pipes[v.Codec]
+	p := s.pipes[codec]
 	if _, known := s.viewerInfo[v.Peer]; known || len(s.viewerInfo) < maxViewerInfos {
 		if s.viewerInfo == nil {
 			s.viewerInfo = map[string]ViewerInfo{}
@@ -471,8 +478,9 @@ func (s *Session) ViewerReport(v ViewerInfo) {
 		s.viewerInfo[v.Peer] = v
 	}
 	s.mu.Unlock()
-	if p != nil && v.EstimateKbps > 0 {
-		p.SetViewerRate(v.Peer, v.EstimateKbps*1000, v.SteadyKbps*1000)
+	// Under 1 kbit/s the estimator has nothing yet.
+	if p != nil && t.EstimateBps >= 1000 {
+		p.SetViewerRate(t.Peer, t.EstimateBps, t.SteadyBps)
 	}
 }
 
@@ -753,7 +761,7 @@ func (s *Session) inputIdleLoop(warn, reclaim time.Duration) {
 			case warn > 0 && idle >= warn:
 				at := last.Add(reclaim).UTC()
 				if s.reclaimAt.Swap(at.UnixNano()) == 0 {
-					s.hub.publish(StateEvent{Type: "idle_warning", Payload: map[string]any{"reclaimAt": at}}, func(*StateEvent) {})
+					s.hub.publish(action.StateEvent{Type: "idle_warning", Payload: map[string]any{"reclaimAt": at}}, func(*action.StateEvent) {})
 				}
 			default:
 				s.reclaimAt.Store(0)

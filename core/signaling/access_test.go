@@ -49,7 +49,7 @@ func (a *fakeAccess) set(view, input bool) {
 }
 
 // connectWithAccess connects an interactive Pion viewer that holds fa.
-func connectWithAccess(t *testing.T, e *env, fa *fakeAccess) (*viewer, *dcViewer, *grant) {
+func connectWithAccess(t *testing.T, e *env, fa *fakeAccess) (*rtcViewer, *dcViewer, *grant) {
 	t.Helper()
 	e.viewer.Store(&signaling.Viewer{Name: "local", Input: true, Access: fa})
 	dv := newDCViewer(t)
@@ -60,8 +60,8 @@ func connectWithAccess(t *testing.T, e *env, fa *fakeAccess) (*viewer, *dcViewer
 	dv.waitOpen(t)
 	g := grantOf(w)
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.TextInsert, Text: "before"}, nil))
-	dv.expectAck(t, "", wire.StatusAccepted, "")
-	dv.expectAck(t, "", wire.StatusCompleted, "")
+	dv.expectAck(t, "", action.StatusAccepted, "")
+	dv.expectAck(t, "", action.StatusCompleted, "")
 	return v, dv, g
 }
 
@@ -116,9 +116,9 @@ func TestAccessNarrowedKeepsVideo(t *testing.T) {
 	}
 	waitFor(t, time.Second, "the producer to end", func() bool { return in.closes.Load() == 1 })
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.TextInsert, Text: "after"}, nil))
-	dv.expectAck(t, "", wire.StatusRejected, errcode.PermissionDenied)
+	dv.expectAck(t, "", action.StatusRejected, errcode.PermissionDenied)
 	dv.sendRaw(t, wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove, X: 0.5, Y: 0.5}, nil))
-	dv.expectAck(t, "", wire.StatusRejected, errcode.PermissionDenied)
+	dv.expectAck(t, "", action.StatusRejected, errcode.PermissionDenied)
 	// Submitted once (the text before), never after.
 	in.next(t, time.Second)
 	in.none(t)

@@ -12,8 +12,6 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/tabcast/tabcast/core/action"
-	"github.com/tabcast/tabcast/core/signaling"
-	"github.com/tabcast/tabcast/core/wire"
 )
 
 type rect struct {
@@ -25,7 +23,7 @@ type rect struct {
 
 // nextControl returns the next submitted control envelope, skipping
 // pointer-channel ones (moves the browser makes along the way).
-func nextControl(t *testing.T, in *testInput) wire.Envelope {
+func nextControl(t *testing.T, in *testInput) action.Envelope {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -198,7 +196,7 @@ func TestPanelInput(t *testing.T) {
 	}
 
 	// A prompt dialog appears and is answered with the typed text.
-	in.onState(signaling.StateEvent{Type: "dialog_opened", Payload: map[string]any{
+	in.onState(action.StateEvent{Type: "dialog_opened", Payload: map[string]any{
 		"dialogType": "prompt", "message": "Your name?", "defaultPrompt": "anon"}})
 	waitFor(t, 5*time.Second, "dialog shown", func() bool { s := look(); return s.Dialog && s.DialogMsg == "Your name?" })
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const q = (id) => document.querySelector('[data-testid="' + id + '"]');

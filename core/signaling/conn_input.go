@@ -3,8 +3,10 @@ package signaling
 import (
 	"slices"
 
+	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/peer"
+	"github.com/tabcast/tabcast/core/viewer"
 	"github.com/tabcast/tabcast/core/wire"
 )
 
@@ -20,7 +22,7 @@ type heldState struct {
 // onState takes one of the session's state events for this viewer (any
 // goroutine; never blocks) and queues it on the state channel, coalesced
 // per type.
-func (c *conn) onState(ev StateEvent) {
+func (c *conn) onState(ev action.StateEvent) {
 	data, err := wire.EncodeState(ev.Type, ev.Payload)
 	if err != nil {
 		c.log.Error("encode state event", "type", ev.Type, "err", err)
@@ -32,7 +34,7 @@ func (c *conn) onState(ev StateEvent) {
 		return
 	}
 	if c.peer == nil {
-		// OpenInput may push the first page_state before the peer exists.
+		// Join may push the first page_state before the peer exists.
 		c.stateHeld = slices.DeleteFunc(c.stateHeld, func(h heldState) bool { return h.typ == ev.Type })
 		if len(c.stateHeld) >= maxHeldStates {
 			c.stateHeld = c.stateHeld[1:]
@@ -75,13 +77,13 @@ func (c *conn) onInput(channel string, b []byte) {
 		c.sendAck(p, wire.Reject(e.ActionID, err, rev))
 		return
 	}
-	in.Submit(e, func(a wire.Ack) { c.sendAck(p, a) })
+	in.Submit(e, func(a action.Ack) { c.sendAck(p, a) })
 }
 
 // checkIdentity refuses an envelope that does not name this connection's
 // session, peer and producer (wrong_identity) or names an older generation
 // of them (stale_generation).
-func checkIdentity(e wire.Envelope, sessionID, peerID string, connGen uint64, in Input) error {
+func checkIdentity(e action.Envelope, sessionID, peerID string, connGen uint64, in viewer.Input) error {
 	id, gen := in.Producer()
 	switch {
 	case e.BrowserSessionID != sessionID || e.PeerID != peerID || e.ProducerID != id:
@@ -97,14 +99,14 @@ func checkIdentity(e wire.Envelope, sessionID, peerID string, connGen uint64, in
 // sendAck queues an ack on p's control channel; it never blocks. An ack
 // the viewer could not receive (a result over its max-message-size) is
 // replaced by a too_large rejection.
-func (c *conn) sendAck(p *peer.Peer, a wire.Ack) {
+func (c *conn) sendAck(p *peer.Peer, a action.Ack) {
 	data, err := wire.EncodeAck(a)
 	if err != nil {
 		c.log.Error("encode ack", "err", err)
 		return
 	}
 	if limit := p.RemoteMaxMessageSize(); limit > 0 && len(data) > limit {
-		data, err = wire.EncodeAck(wire.Ack{ActionID: a.ActionID, Status: wire.StatusRejected,
+		data, err = wire.EncodeAck(action.Ack{ActionID: a.ActionID, Status: action.StatusRejected,
 			Code: errcode.TooLarge, Message: "the result is larger than the viewer accepts",
 			ActionRevision: a.ActionRevision, PageRevision: a.PageRevision})
 		if err != nil {

@@ -201,7 +201,7 @@ func TestTooManyCandidates(t *testing.T) {
 	c.next("welcome", 5*time.Second, nil)
 	offer := c.next("offer", 5*time.Second, nil)
 	// An answer from a receiver whose candidates are not sent: only ours count.
-	v := &viewer{client: c}
+	v := &rtcViewer{client: c}
 	recv, err := peertest.NewReceiver(media.Codecs, []string{"lo"}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -18,45 +18,24 @@ import (
 	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/peer"
 	"github.com/tabcast/tabcast/core/telemetry"
+	"github.com/tabcast/tabcast/core/viewer"
 	"github.com/tabcast/tabcast/core/wire"
 )
 
-var (
-	// ErrSessionNotFound is wrapped by Sessions.Media for an unknown id.
-	ErrSessionNotFound = errors.New("session not found")
-	// ErrCapacity is wrapped by Media.Subscribe when no more viewers or
-	// pipelines fit.
-	ErrCapacity = errors.New("capacity exceeded")
-)
-
-// Sessions finds a session's media by id.
+// Sessions is what signaling needs of the sessions: *session.Manager
+// satisfies it directly (core/viewer holds the types both sides name).
 type Sessions interface {
-	// Media returns an error wrapping ErrSessionNotFound for an unknown id.
-	Media(sessionID string) (Media, error)
+	// Codecs lists the codecs the session can produce, preferred first,
+	// e.g. ["h264","vp8"]. The error wraps viewer.ErrSessionNotFound for
+	// an unknown id.
+	Codecs(sessionID string) ([]string, error)
+	// Join subscribes one viewer; it may return an error wrapping
+	// viewer.ErrCapacity or viewer.ErrSessionNotFound. The subscription's
+	// Leave must be called once when the viewer goes.
+	Join(sessionID string, r viewer.Request) (viewer.Subscription, error)
 }
 
-// Media is the video side of one session.
-type Media interface {
-	// Codecs lists the codecs the session can produce, preferred first, e.g. ["h264","vp8"].
-	Codecs() []string
-	// Subscribe starts the codec's pipeline if needed and returns its shared
-	// track; release must be called once when the viewer goes. It may
-	// return an error wrapping ErrCapacity.
-	Subscribe(codec string) (track webrtc.TrackLocal, release func(), err error)
-	// RequestKeyframe asks the codec's encoder for a keyframe; the session
-	// rate-limits.
-	RequestKeyframe(codec string)
-	// Done is closed when the session ends; its viewers are then told
-	// (error session_ended) and disconnected.
-	Done() <-chan struct{}
-	// OpenInput grants a producer to one interactive viewer. onState takes
-	// the session's state events for this viewer from any goroutine (it
-	// never blocks) until Input.Close. It may return an error wrapping
-	// ErrCapacity or ErrNotInteractive; the viewer then only watches.
-	OpenInput(owner string, onState func(StateEvent)) (Input, error)
-}
-
-// Snapshotter is implemented by Media that can describe their session:
+// Snapshotter is implemented by subscriptions that can describe their session:
 // the viewer then gets a "snapshot" message after the welcome and whenever
 // the revision moves (state, page, audience), so a panel never polls.
 type Snapshotter interface {
@@ -226,13 +205,12 @@ type conn struct {
 	ctx    context.Context // canceled when the connection is cleaned up
 	cancel context.CancelFunc
 
-	media Media
+	sub viewer.Subscription // set by hello
 
 	mu        sync.Mutex
 	phase     phase
 	codec     string
 	peer      *peer.Peer
-	release   func()
 	offerSent bool
 	pending   []webrtc.ICECandidateInit // local candidates gathered before the offer went out
 	// early: the viewer's candidates that arrived while an offer (first or
@@ -243,11 +221,11 @@ type conn struct {
 	closing bool // no more frames are queued
 
 	connGen      uint64
-	input        Input       // nil: view-only, or not yet granted
-	inputClosed  bool        // Input.Close was called (or is being called)
-	inputDenied  bool        // the viewer's right to act was withdrawn
-	withdrawn    bool        // the viewer's access was withdrawn: the connection ends
-	stateHeld    []heldState // state events that came before the peer existed
+	input        viewer.Input // nil: view-only, or not yet granted
+	inputClosed  bool         // Input.Close was called (or is being called)
+	inputDenied  bool         // the viewer's right to act was withdrawn
+	withdrawn    bool         // the viewer's access was withdrawn: the connection ends
+	stateHeld    []heldState  // state events that came before the peer existed
 	inputEndOnce sync.Once
 
 	// For telemetry: when the peer was made, whether its outcome (connected
@@ -282,7 +260,7 @@ func (c *conn) run() {
 	<-accessDone
 
 	c.mu.Lock()
-	p, release, codec := c.peer, c.release, c.codec
+	p, sub, codec := c.peer, c.sub, c.codec
 	c.closing = true
 	c.mu.Unlock()
 	var stats peer.Stats
@@ -303,8 +281,8 @@ func (c *conn) run() {
 	if revoke != nil {
 		revoke() // its TURN credentials stop working now, not at expiry
 	}
-	if release != nil {
-		release()
+	if sub != nil {
+		sub.Leave()
 	}
 	_ = c.ws.CloseNow()
 	attrs := []any{"reason", reason, "codec", codec, "duration", time.Since(start).Round(time.Millisecond), "ice_restarts", c.restarts.Load()}
@@ -321,9 +299,10 @@ func (c *conn) run() {
 // serve looks the session up and reads messages until the socket ends. It
 // returns why it ended (for the log).
 func (c *conn) serve() string {
-	media, err := c.h.o.Sessions.Media(c.sessionID)
-	if err != nil {
-		if errors.Is(err, ErrSessionNotFound) {
+	// The session must exist when the socket opens; the viewer joins it
+	// at its hello.
+	if _, err := c.h.o.Sessions.Codecs(c.sessionID); err != nil {
+		if errors.Is(err, viewer.ErrSessionNotFound) {
 			c.sendError(errcode.SessionNotFound, "no such session")
 			c.closeWith(CloseSessionNotFound, "session not found")
 		} else {
@@ -334,7 +313,6 @@ func (c *conn) serve() string {
 		c.drain()
 		return "session not found"
 	}
-	c.media = media
 	// A socket that never says hello holds a slot for nothing.
 	helloTimer := time.AfterFunc(helloTimeout, func() {
 		c.mu.Lock()
@@ -411,12 +389,12 @@ func (c *conn) handle(m Message) error {
 		return c.candidate(m)
 	case TypeKeyframe:
 		c.mu.Lock()
-		codec, ph := c.codec, c.phase
+		sub, ph := c.sub, c.phase
 		c.mu.Unlock()
-		if ph == phaseHello {
+		if ph == phaseHello || sub == nil {
 			return errcode.Newf(errcode.BadState, "keyframe before hello")
 		}
-		c.media.RequestKeyframe(codec)
+		sub.RequestKeyframe()
 		return nil
 	case TypePing:
 		c.send(simpleMsg{Type: TypePong})
@@ -464,43 +442,46 @@ func (c *conn) hello(m Message) error {
 	if withdrawn {
 		return errcode.Newf(errcode.PermissionDenied, "your access to this session was withdrawn")
 	}
-	codec, err := chooseCodec(m.Codec, m.Codecs, c.media.Codecs())
+	codecs, err := c.h.o.Sessions.Codecs(c.sessionID)
+	if err != nil {
+		if errors.Is(err, viewer.ErrSessionNotFound) {
+			return errcode.Newf(errcode.SessionNotFound, "session is gone")
+		}
+		c.log.Warn("session lookup failed", "err", err)
+		return errcode.Newf(errcode.Internal, "session lookup failed")
+	}
+	codec, err := chooseCodec(m.Codec, m.Codecs, codecs)
 	if err != nil {
 		return err
 	}
-	track, release, err := c.media.Subscribe(codec)
+	wantInput := m.Interactive && c.viewer.Input && !denied
+	sub, err := c.h.o.Sessions.Join(c.sessionID, viewer.Request{Codec: codec, Owner: c.viewer.Name, Interactive: wantInput, OnState: c.onState})
 	if err != nil {
-		if errors.Is(err, ErrCapacity) {
+		if errors.Is(err, viewer.ErrCapacity) {
 			return errcode.Newf(errcode.CapacityExceeded, "no capacity for another viewer")
 		}
-		if errors.Is(err, ErrSessionNotFound) {
+		if errors.Is(err, viewer.ErrSessionNotFound) {
 			return errcode.Newf(errcode.SessionNotFound, "session is gone")
 		}
 		c.log.Warn("subscribe failed", "codec", codec, "err", err)
 		return errcode.Newf(errcode.Internal, "could not start the video")
 	}
-	var (
-		in       Input
-		inputErr string
-	)
+	in := sub.Input()
+	var inputErr string
 	switch {
-	case m.Interactive && (!c.viewer.Input || denied):
+	case m.Interactive && !wantInput:
 		inputErr = errcode.ViewOnly
-	case m.Interactive:
-		in, err = c.media.OpenInput(c.viewer.Name, c.onState)
-		if err != nil {
-			// The viewer still watches; welcome says why it cannot act.
-			inputErr = inputErrorCode(err)
-			if inputErr == errcode.Internal {
-				c.log.Warn("open input failed", "err", err)
-			}
-			in = nil
+	case m.Interactive && in == nil:
+		// The viewer still watches; welcome says why it cannot act.
+		inputErr = inputErrorCode(sub.InputErr())
+		if inputErr == errcode.Internal {
+			c.log.Warn("open input failed", "err", sub.InputErr())
 		}
 	}
 	connGen := c.h.connGen.Add(1)
 	p, err := c.h.o.Peers.NewPeer(peer.Options{
-		Track:             track,
-		OnKeyframeRequest: func() { c.media.RequestKeyframe(codec) },
+		Track:             sub.Track(),
+		OnKeyframeRequest: sub.RequestKeyframe,
 		OnICECandidate:    c.localCandidate,
 		OnStateChange:     c.peerState,
 		Interactive:       in != nil,
@@ -511,10 +492,7 @@ func (c *conn) hello(m Message) error {
 		ViewerAddr:        c.viewerAddr,
 	})
 	if err != nil {
-		if in != nil {
-			in.Close()
-		}
-		release()
+		sub.Leave()
 		c.log.Warn("new peer failed", "err", err)
 		return errcode.Newf(errcode.Internal, "could not create the peer")
 	}
@@ -522,19 +500,16 @@ func (c *conn) hello(m Message) error {
 	if c.withdrawn {
 		// Withdrawn while the peer was being made: it never serves.
 		c.mu.Unlock()
-		if in != nil {
-			in.Close()
-		}
 		_ = p.Close()
-		release()
+		sub.Leave()
 		return errcode.Newf(errcode.PermissionDenied, "your access to this session was withdrawn")
 	}
-	var late Input
+	var late viewer.Input
 	if in != nil && c.inputClosed {
 		// The input was withdrawn while it was being opened.
 		late, in, inputErr = in, nil, errcode.PermissionDenied
 	}
-	c.peer, c.release, c.codec, c.phase = p, release, codec, phaseOffered
+	c.peer, c.sub, c.codec, c.phase = p, sub, codec, phaseOffered
 	c.connGen, c.input = connGen, in
 	c.peerStart = time.Now()
 	held := c.stateHeld
@@ -550,7 +525,7 @@ func (c *conn) hello(m Message) error {
 		late.Close()
 	}
 	log.Info("viewer connected", "codec", codec, "interactive", in != nil)
-	go c.watchSession(c.media.Done())
+	go c.watchSession(sub.Done())
 	welcome := welcomeMsg{Type: TypeWelcome, SessionID: c.sessionID, PeerID: p.ID(), Codec: codec,
 		ConnectionGeneration: connGen, Interactive: in != nil, InputError: inputErr}
 	if c.h.o.RelayOnly {
@@ -577,12 +552,10 @@ func (c *conn) hello(m Message) error {
 		welcome.PageRevision = in.PageRevision()
 	}
 	c.send(welcome)
-	if sn, ok := c.media.(Snapshotter); ok {
+	if sn, ok := sub.(Snapshotter); ok {
 		go c.pushSnapshots(sn)
 	}
-	if vs, ok := c.media.(ViewerSink); ok {
-		go c.reportViewer(vs, p, codec, in != nil)
-	}
+	go c.reportTransport(sub, p)
 
 	offer, err := p.CreateOffer()
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 	"github.com/tabcast/tabcast/core/peer/peertest"
 	"github.com/tabcast/tabcast/core/signaling"
 	"github.com/tabcast/tabcast/core/telemetry"
-	"github.com/tabcast/tabcast/core/wire"
+	"github.com/tabcast/tabcast/core/viewer"
 )
 
 // clips are encoded once per package run by ffmpeg (real VP8 and H.264).
@@ -48,9 +48,15 @@ type testMedia struct {
 	subs     atomic.Int32
 	releases atomic.Int32
 	keyReqs  atomic.Int32
+	// transport is the newest viewer.Transport a subscription reported.
+	transport atomic.Pointer[viewer.Transport]
 
-	inputFull atomic.Bool // OpenInput fails with ErrCapacity
-	inputOff  atomic.Bool // OpenInput fails with ErrNotInteractive
+	// openInput, when set, grants the producers instead of testInput
+	// (e.g. one on a real dispatcher).
+	openInput func(r viewer.Request) (viewer.Input, error)
+
+	inputFull atomic.Bool // the producer is refused with ErrCapacity
+	inputOff  atomic.Bool // the producer is refused with ErrNotInteractive
 	inputMu   sync.Mutex
 	inputs    []*testInput
 
@@ -58,21 +64,21 @@ type testMedia struct {
 	done    chan struct{}
 }
 
-// OpenInput grants producer "prod-N", generation 1, and pushes the first
+// grantInput grants producer "prod-N", generation 1, and pushes the first
 // page_state at once (before the peer exists), as a session would.
-func (m *testMedia) OpenInput(owner string, onState func(signaling.StateEvent)) (signaling.Input, error) {
+func (m *testMedia) grantInput(owner string, onState func(action.StateEvent)) (*testInput, error) {
 	if owner != "local" {
 		return nil, fmt.Errorf("owner %q", owner)
 	}
 	if m.inputFull.Load() {
-		return nil, fmt.Errorf("producers: %w", signaling.ErrCapacity)
+		return nil, fmt.Errorf("producers: %w", viewer.ErrCapacity)
 	}
 	if m.inputOff.Load() {
-		return nil, fmt.Errorf("watch only: %w", signaling.ErrNotInteractive)
+		return nil, fmt.Errorf("watch only: %w", viewer.ErrNotInteractive)
 	}
 	m.inputMu.Lock()
 	in := &testInput{id: fmt.Sprintf("prod-%d", len(m.inputs)+1), onState: onState,
-		submits: make(chan wire.Envelope, 4096)}
+		submits: make(chan action.Envelope, 4096)}
 	m.inputs = append(m.inputs, in)
 	m.inputMu.Unlock()
 	in.gen.Store(1)
@@ -104,17 +110,18 @@ type testInput struct {
 	id      string
 	gen     atomic.Uint64
 	pageRev atomic.Uint64
-	onState func(signaling.StateEvent)
-	submits chan wire.Envelope
+	onState func(action.StateEvent)
+	submits chan action.Envelope
 	revs    atomic.Uint64
-	closes  atomic.Int32
+	closes  atomic.Int32 // the producer ended (Close is idempotent, as the session's)
+	once    sync.Once
 }
 
 func (in *testInput) Producer() (string, uint64) { return in.id, in.gen.Load() }
 func (in *testInput) PageRevision() uint64       { return in.pageRev.Load() }
-func (in *testInput) Close()                     { in.closes.Add(1) }
+func (in *testInput) Close()                     { in.once.Do(func() { in.closes.Add(1) }) }
 
-func (in *testInput) Submit(e wire.Envelope, reply func(wire.Ack)) {
+func (in *testInput) Submit(e action.Envelope, reply func(action.Ack)) {
 	select {
 	case in.submits <- e:
 	default:
@@ -125,7 +132,7 @@ func (in *testInput) Submit(e wire.Envelope, reply func(wire.Ack)) {
 	}
 	rev := in.revs.Add(1)
 	page := in.pageRev.Load()
-	reply(wire.Ack{ActionID: e.ActionID, Status: wire.StatusAccepted, ActionRevision: rev, PageRevision: page})
+	reply(action.Ack{ActionID: e.ActionID, Status: action.StatusAccepted, ActionRevision: rev, PageRevision: page})
 	res := &action.Result{PageRevision: page}
 	switch e.Action.Kind {
 	case action.ClipboardRead:
@@ -136,25 +143,25 @@ func (in *testInput) Submit(e wire.Envelope, reply func(wire.Ack)) {
 		res.PageRevision = page
 		in.pushPage(e.Action.URL, "Navigated")
 	}
-	reply(wire.Ack{ActionID: e.ActionID, Status: wire.StatusCompleted, ActionRevision: rev, PageRevision: page, Result: res})
+	reply(action.Ack{ActionID: e.ActionID, Status: action.StatusCompleted, ActionRevision: rev, PageRevision: page, Result: res})
 }
 
 func (in *testInput) pushPage(url, title string) {
-	in.onState(signaling.StateEvent{Type: "page_state", Payload: map[string]any{
+	in.onState(action.StateEvent{Type: "page_state", Payload: map[string]any{
 		"url": url, "title": title, "canGoBack": in.pageRev.Load() > 1, "canGoForward": false,
 		"loading": false, "pageRevision": in.pageRev.Load(),
 	}})
 }
 
 // next waits for the next submitted envelope.
-func (in *testInput) next(t *testing.T, d time.Duration) wire.Envelope {
+func (in *testInput) next(t *testing.T, d time.Duration) action.Envelope {
 	t.Helper()
 	select {
 	case e := <-in.submits:
 		return e
 	case <-time.After(d):
 		t.Fatalf("nothing submitted within %v", d)
-		return wire.Envelope{}
+		return action.Envelope{}
 	}
 }
 
@@ -170,39 +177,82 @@ func (in *testInput) none(t *testing.T) {
 
 func (m *testMedia) Codecs() []string { return m.codecs }
 
-func (m *testMedia) Subscribe(codec string) (webrtc.TrackLocal, func(), error) {
+// join subscribes a viewer as a session would: the track first, then (if
+// asked) the producer, whose refusal leaves the viewer watching.
+func (m *testMedia) join(r viewer.Request) (viewer.Subscription, error) {
 	if m.full.Load() {
-		return nil, nil, fmt.Errorf("session full: %w", signaling.ErrCapacity)
+		return nil, fmt.Errorf("session full: %w", viewer.ErrCapacity)
 	}
-	src, ok := m.sources[codec]
+	src, ok := m.sources[r.Codec]
 	if !ok {
-		return nil, nil, fmt.Errorf("no %s pipeline", codec)
+		return nil, fmt.Errorf("no %s pipeline", r.Codec)
 	}
 	m.subs.Add(1)
-	var once sync.Once
-	return src.Track, func() { once.Do(func() { m.releases.Add(1) }) }, nil
+	sub := &testSub{m: m, src: src}
+	switch {
+	case r.Interactive && m.openInput != nil:
+		sub.in, sub.inErr = m.openInput(r)
+	case r.Interactive:
+		in, err := m.grantInput(r.Owner, r.OnState)
+		if err == nil {
+			sub.in = in
+		}
+		sub.inErr = err
+	}
+	return sub, nil
 }
-
-func (m *testMedia) Done() <-chan struct{} { return m.done }
 
 // end ends the session, as closing it would.
 func (m *testMedia) end() { m.endOnce.Do(func() { close(m.done) }) }
 
-func (m *testMedia) RequestKeyframe(codec string) {
-	m.keyReqs.Add(1)
-	if src, ok := m.sources[codec]; ok {
-		src.RequestKeyframe()
-	}
+// testSub is one viewer's subscription to a testMedia.
+type testSub struct {
+	m     *testMedia
+	src   *peertest.Source
+	in    viewer.Input // nil: watches only
+	inErr error
+	once  sync.Once
+}
+
+func (s *testSub) Track() webrtc.TrackLocal { return s.src.Track }
+func (s *testSub) InputErr() error          { return s.inErr }
+func (s *testSub) Done() <-chan struct{}    { return s.m.done }
+
+func (s *testSub) Input() viewer.Input { return s.in }
+
+func (s *testSub) RequestKeyframe() {
+	s.m.keyReqs.Add(1)
+	s.src.RequestKeyframe()
+}
+
+// ReportTransport keeps the newest report.
+func (s *testSub) ReportTransport(t viewer.Transport) { s.m.transport.Store(&t) }
+
+func (s *testSub) Leave() {
+	s.once.Do(func() {
+		if s.in != nil {
+			s.in.Close()
+		}
+		s.m.releases.Add(1)
+	})
 }
 
 type testSessions map[string]*testMedia
 
-func (s testSessions) Media(id string) (signaling.Media, error) {
+func (s testSessions) Codecs(id string) ([]string, error) {
 	m, ok := s[id]
 	if !ok {
-		return nil, fmt.Errorf("session %q: %w", id, signaling.ErrSessionNotFound)
+		return nil, fmt.Errorf("session %q: %w", id, viewer.ErrSessionNotFound)
 	}
-	return m, nil
+	return m.codecs, nil
+}
+
+func (s testSessions) Join(id string, r viewer.Request) (viewer.Subscription, error) {
+	m, ok := s[id]
+	if !ok {
+		return nil, fmt.Errorf("session %q: %w", id, viewer.ErrSessionNotFound)
+	}
+	return m.join(r)
 }
 
 // env is a running signaling server with one session "s1".
@@ -424,8 +474,8 @@ func (c *client) waitClosed(d time.Duration) websocket.StatusCode {
 	}
 }
 
-// viewer is a client plus a Pion receiver speaking the whole protocol.
-type viewer struct {
+// rtcViewer is a client plus a Pion receiver speaking the whole protocol.
+type rtcViewer struct {
 	*client
 	recv *peertest.Receiver
 
@@ -438,16 +488,16 @@ type viewer struct {
 
 // connect says hello, answers the offer, trickles candidates both ways and
 // waits for the "connected" state frame. It returns the welcome frame.
-func connectViewer(t *testing.T, url string, hello map[string]any) (*viewer, frame) {
+func connectViewer(t *testing.T, url string, hello map[string]any) (*rtcViewer, frame) {
 	t.Helper()
 	return connectViewerWith(t, url, hello, nil)
 }
 
 // connectViewerWith is connectViewer with a hook that sets the receiver up
 // before it answers (e.g. to take the input DataChannels).
-func connectViewerWith(t *testing.T, url string, hello map[string]any, setup func(*peertest.Receiver)) (*viewer, frame) {
+func connectViewerWith(t *testing.T, url string, hello map[string]any, setup func(*peertest.Receiver)) (*rtcViewer, frame) {
 	t.Helper()
-	v := &viewer{client: dial(t, url)}
+	v := &rtcViewer{client: dial(t, url)}
 	v.send(hello)
 	welcome := v.next("welcome", 5*time.Second, nil)
 	offer := v.next("offer", 5*time.Second, nil)
@@ -475,7 +525,7 @@ func connectViewerWith(t *testing.T, url string, hello map[string]any, setup fun
 	return v, welcome
 }
 
-func (v *viewer) localCandidate(c webrtc.ICECandidateInit) {
+func (v *rtcViewer) localCandidate(c webrtc.ICECandidateInit) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.answer {
@@ -490,7 +540,7 @@ func (v *viewer) localCandidate(c webrtc.ICECandidateInit) {
 }
 
 // handle processes frames that arrive while the test waits for another.
-func (v *viewer) handle(f frame) {
+func (v *rtcViewer) handle(f frame) {
 	switch f.Type {
 	case "candidate":
 		if f.Candidate == nil {
@@ -514,7 +564,7 @@ func (v *viewer) handle(f frame) {
 }
 
 // waitState handles frames until a state frame says want.
-func (v *viewer) waitState(want string, d time.Duration) {
+func (v *rtcViewer) waitState(want string, d time.Duration) {
 	v.t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -530,7 +580,7 @@ func (v *viewer) waitState(want string, d time.Duration) {
 }
 
 // pump handles frames for d (keeps candidates flowing while a test waits).
-func (v *viewer) pump(d time.Duration) {
+func (v *rtcViewer) pump(d time.Duration) {
 	timeout := time.After(d)
 	for {
 		select {

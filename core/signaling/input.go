@@ -5,45 +5,8 @@ import (
 	"errors"
 
 	"github.com/tabcast/tabcast/core/errcode"
-	"github.com/tabcast/tabcast/core/wire"
+	"github.com/tabcast/tabcast/core/viewer"
 )
-
-// ErrNotInteractive is wrapped by Media.OpenInput when the session (or this
-// viewer) may only watch.
-var ErrNotInteractive = errors.New("not interactive")
-
-// Input is one interactive viewer's producer grant on a session, opened by
-// Media.OpenInput. Signaling feeds it the envelopes that arrive on the
-// peer's control and pointer channels after checking their identity.
-type Input interface {
-	// Producer is the current grant. It may change while the viewer is
-	// connected (renewal, revoke): envelopes are checked against the value
-	// at the time they arrive.
-	Producer() (id string, generation uint64)
-	// PageRevision is the page's current revision.
-	PageRevision() uint64
-	// Submit hands one decoded, identity-checked envelope to the session's
-	// dispatcher. reply is called as core/dispatch does: synchronously once
-	// with accepted/rejected (control actions; pointer actions only when
-	// rejected), later once with completed/rejected. Signaling's reply
-	// never blocks (acks are queued to the control channel's writer).
-	Submit(e wire.Envelope, reply func(wire.Ack))
-	// Close ends the producer (peer, DataChannel or WebSocket gone): the
-	// session releases its held input. Signaling calls it exactly once,
-	// possibly from a peer callback, so it must not block for long.
-	Close()
-}
-
-// StateEvent is pushed by the session to one viewer's state channel.
-// Events are coalesced per Type while the channel is busy (the newest of a
-// type wins), so every event must carry the whole state of its type.
-type StateEvent struct {
-	// Type is page_state, dialog_opened, dialog_closed or producer.
-	Type string
-	// Payload is JSON-marshalable to an object; its fields are sent beside
-	// "type" (docs/protocol.md, "DataChannels").
-	Payload any
-}
 
 // Viewer is who is on the other end of a signaling socket, as the HTTP
 // layer authenticated them.
@@ -94,11 +57,11 @@ func viewerFrom(ctx context.Context) Viewer {
 // inputError).
 func inputErrorCode(err error) string {
 	switch {
-	case errors.Is(err, ErrCapacity):
+	case errors.Is(err, viewer.ErrCapacity):
 		return errcode.CapacityExceeded
-	case errors.Is(err, ErrNotInteractive):
+	case errors.Is(err, viewer.ErrNotInteractive):
 		return errcode.NotInteractive
-	case errors.Is(err, ErrSessionNotFound):
+	case errors.Is(err, viewer.ErrSessionNotFound):
 		return errcode.SessionNotFound
 	default:
 		return errcode.Internal

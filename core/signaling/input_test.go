@@ -15,7 +15,6 @@ import (
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/peer/peertest"
-	"github.com/tabcast/tabcast/core/signaling"
 	"github.com/tabcast/tabcast/core/wire"
 )
 
@@ -143,9 +142,9 @@ func grantOf(w frame) *grant {
 		producer: w.ProducerID, prodGen: w.ProducerGeneration, page: w.PageRevision}
 }
 
-func (g *grant) envelope(t *testing.T, a action.Action, edit func(*wire.Envelope)) []byte {
+func (g *grant) envelope(t *testing.T, a action.Action, edit func(*action.Envelope)) []byte {
 	t.Helper()
-	e := wire.Envelope{BrowserSessionID: g.session, PeerID: g.peer, ConnectionGeneration: g.connGen,
+	e := action.Envelope{BrowserSessionID: g.session, PeerID: g.peer, ConnectionGeneration: g.connGen,
 		ProducerID: g.producer, ProducerGeneration: g.prodGen, PageRevision: g.page, Action: a}
 	if a.OnPointerChannel() {
 		g.ptr++
@@ -182,7 +181,7 @@ func TestInputEndToEnd(t *testing.T) {
 	dv.waitOpen(t)
 	g := grantOf(w)
 
-	// The page_state pushed during OpenInput (before the peer existed).
+	// The page_state pushed while the producer was granted (before the peer existed).
 	if s := dv.nextState(t, "page_state"); s["url"] != "https://example.test/" || s["pageRevision"] != 1.0 {
 		t.Fatalf("first page_state %v", s)
 	}
@@ -194,8 +193,8 @@ func TestInputEndToEnd(t *testing.T) {
 		got.ProducerID != "prod-1" || got.ProducerGeneration != 1 || got.Action.PageRevision != 1 || got.ActionID == "" {
 		t.Fatalf("submitted %+v", got)
 	}
-	dv.expectAck(t, got.ActionID, wire.StatusAccepted, "")
-	dv.expectAck(t, got.ActionID, wire.StatusCompleted, "")
+	dv.expectAck(t, got.ActionID, action.StatusAccepted, "")
+	dv.expectAck(t, got.ActionID, action.StatusCompleted, "")
 
 	// A move on pointer: submitted, no ack.
 	dv.sendRaw(t, wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove, X: 0.5, Y: 0.5}, nil))
@@ -206,16 +205,16 @@ func TestInputEndToEnd(t *testing.T) {
 	// Copy-out: the result text comes back in the completed ack.
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.ClipboardRead}, nil))
 	in.next(t, 5*time.Second)
-	dv.expectAck(t, "", wire.StatusAccepted, "")
-	if a := dv.expectAck(t, "", wire.StatusCompleted, ""); a["result"].(map[string]any)["text"] != "copied text" {
+	dv.expectAck(t, "", action.StatusAccepted, "")
+	if a := dv.expectAck(t, "", action.StatusCompleted, ""); a["result"].(map[string]any)["text"] != "copied text" {
 		t.Fatalf("clipboard_read ack %v", a)
 	}
 
 	// Navigation: the page state follows on the state channel.
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Navigate, URL: "https://example.test/next"}, nil))
 	in.next(t, 5*time.Second)
-	dv.expectAck(t, "", wire.StatusAccepted, "")
-	dv.expectAck(t, "", wire.StatusCompleted, "")
+	dv.expectAck(t, "", action.StatusAccepted, "")
+	dv.expectAck(t, "", action.StatusCompleted, "")
 	if s := dv.nextState(t, "page_state"); s["url"] != "https://example.test/next" || s["pageRevision"] != 2.0 || s["canGoBack"] != true {
 		t.Fatalf("page_state after navigate %v", s)
 	}
@@ -231,20 +230,20 @@ func TestInputEndToEnd(t *testing.T) {
 		{"bad version", wire.ChannelControl, []byte(`{"x":1}`), errcode.BadVersion, ""},
 		{"not json", wire.ChannelControl, []byte("\x01not json"), errcode.BadEnvelope, ""},
 		{"empty", wire.ChannelPointer, []byte("\x01"), errcode.BadEnvelope, ""},
-		{"unknown kind", wire.ChannelControl, g.envelope(t, action.Action{Kind: "launch"}, func(e *wire.Envelope) { e.ActionID = "bad-1" }), errcode.UnknownKind, "bad-1"},
-		{"move on control", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.KeyDown}, func(e *wire.Envelope) { e.Action.Kind = action.PointerMove }), errcode.WrongChannel, ""},
-		{"key on pointer", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove}, func(e *wire.Envelope) { e.Action.Kind = action.KeyDown }), errcode.WrongChannel, ""},
+		{"unknown kind", wire.ChannelControl, g.envelope(t, action.Action{Kind: "launch"}, func(e *action.Envelope) { e.ActionID = "bad-1" }), errcode.UnknownKind, "bad-1"},
+		{"move on control", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.KeyDown}, func(e *action.Envelope) { e.Action.Kind = action.PointerMove }), errcode.WrongChannel, ""},
+		{"key on pointer", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove}, func(e *action.Envelope) { e.Action.Kind = action.KeyDown }), errcode.WrongChannel, ""},
 		{"pointer too large", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove, Key: strings.Repeat("k", 2000)}, nil), errcode.TooLarge, ""},
-		{"no seq", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.ControlSeq = 0 }), errcode.BadField, ""},
-		{"wrong peer", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.PeerID = "someone-else" }), errcode.WrongIdentity, ""},
-		{"wrong session", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.BrowserSessionID = "s2" }), errcode.WrongIdentity, ""},
-		{"wrong producer", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove}, func(e *wire.Envelope) { e.ProducerID = "prod-9" }), errcode.WrongIdentity, ""},
-		{"old producer generation", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.ProducerGeneration = 7 }), errcode.StaleGeneration, ""},
-		{"old connection", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *wire.Envelope) { e.ConnectionGeneration-- }), errcode.StaleGeneration, ""},
+		{"no seq", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *action.Envelope) { e.ControlSeq = 0 }), errcode.BadField, ""},
+		{"wrong peer", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *action.Envelope) { e.PeerID = "someone-else" }), errcode.WrongIdentity, ""},
+		{"wrong session", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *action.Envelope) { e.BrowserSessionID = "s2" }), errcode.WrongIdentity, ""},
+		{"wrong producer", wire.ChannelPointer, g.envelope(t, action.Action{Kind: action.PointerMove}, func(e *action.Envelope) { e.ProducerID = "prod-9" }), errcode.WrongIdentity, ""},
+		{"old producer generation", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *action.Envelope) { e.ProducerGeneration = 7 }), errcode.StaleGeneration, ""},
+		{"old connection", wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, func(e *action.Envelope) { e.ConnectionGeneration-- }), errcode.StaleGeneration, ""},
 	}
 	for _, b := range bad {
 		dv.sendRaw(t, b.channel, b.b)
-		a := dv.expectAck(t, b.actionID, wire.StatusRejected, b.code)
+		a := dv.expectAck(t, b.actionID, action.StatusRejected, b.code)
 		if msg, _ := a["message"].(string); msg == "" || strings.Contains(msg, "launch") || strings.Contains(msg, "kkkk") {
 			t.Fatalf("%s: message %q", b.name, msg)
 		}
@@ -261,26 +260,26 @@ func TestInputEndToEnd(t *testing.T) {
 	if got := in.next(t, 5*time.Second); got.Action.Key != "a" || got.ControlSeq != 5 {
 		t.Fatalf("after bad messages %+v", got)
 	}
-	dv.expectAck(t, "", wire.StatusAccepted, "")
-	dv.expectAck(t, "", wire.StatusCompleted, "")
+	dv.expectAck(t, "", action.StatusAccepted, "")
+	dv.expectAck(t, "", action.StatusCompleted, "")
 
 	// The session renews the grant: the old generation is refused, the new
 	// one accepted.
 	in.gen.Store(2)
-	in.onState(signaling.StateEvent{Type: "producer", Payload: map[string]any{
+	in.onState(action.StateEvent{Type: "producer", Payload: map[string]any{
 		"producerId": "prod-1", "producerGeneration": 2, "enabled": true}})
 	if s := dv.nextState(t, "producer"); s["producerGeneration"] != 2.0 {
 		t.Fatalf("producer state %v", s)
 	}
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, nil))
-	dv.expectAck(t, "", wire.StatusRejected, errcode.StaleGeneration)
+	dv.expectAck(t, "", action.StatusRejected, errcode.StaleGeneration)
 	g.prodGen, g.ctl = 2, 0
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, nil))
 	if got := in.next(t, 5*time.Second); got.ProducerGeneration != 2 || got.ControlSeq != 1 {
 		t.Fatalf("after renewal %+v", got)
 	}
-	dv.expectAck(t, "", wire.StatusAccepted, "")
-	dv.expectAck(t, "", wire.StatusCompleted, "")
+	dv.expectAck(t, "", action.StatusAccepted, "")
+	dv.expectAck(t, "", action.StatusCompleted, "")
 	in.none(t)
 	if in.closes.Load() != 0 {
 		t.Fatal("input closed early")
@@ -293,7 +292,7 @@ func TestInputEndToEnd(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "Input.Close", func() bool { return in.closes.Load() == 1 })
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, nil))
-	dv.expectAck(t, "", wire.StatusRejected, errcode.StaleGeneration)
+	dv.expectAck(t, "", action.StatusRejected, errcode.StaleGeneration)
 	in.none(t)
 
 	v.send(map[string]string{"type": "bye"})
@@ -346,7 +345,7 @@ func TestViewOnlyAndRefusedInput(t *testing.T) {
 		t.Fatalf("view-only welcome %+v", w)
 	}
 	if e.media.inputCount() != 0 {
-		t.Fatal("OpenInput called for a view-only viewer")
+		t.Fatal("a producer granted to a view-only viewer")
 	}
 	if sdp := v.recv.PC.RemoteDescription().SDP; strings.Contains(sdp, "m=application") {
 		t.Fatal("view-only offer has DataChannels")
@@ -404,12 +403,12 @@ func TestInputSurvivesGarbage(t *testing.T) {
 		case <-in.submits:
 			submitted++
 			if channel == wire.ChannelControl {
-				dv.expectAck(t, "", wire.StatusAccepted, "")
-				dv.expectAck(t, "", wire.StatusCompleted, "")
+				dv.expectAck(t, "", action.StatusAccepted, "")
+				dv.expectAck(t, "", action.StatusCompleted, "")
 			}
 		case ack := <-dv.acks:
 			code, _ := ack["code"].(string)
-			if ack["status"] != wire.StatusRejected || !known[code] {
+			if ack["status"] != action.StatusRejected || !known[code] {
 				t.Fatalf("message %d (%q): ack %v", i, b, ack)
 			}
 			rejected++
@@ -426,7 +425,7 @@ func TestInputSurvivesGarbage(t *testing.T) {
 	if got := in.next(t, 5*time.Second); got.Action.Kind != action.Reload {
 		t.Fatalf("after garbage %+v", got)
 	}
-	dv.expectAck(t, "", wire.StatusAccepted, "")
+	dv.expectAck(t, "", action.StatusAccepted, "")
 	if in.closes.Load() != 0 {
 		t.Fatal("garbage ended the producer")
 	}

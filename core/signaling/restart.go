@@ -20,11 +20,13 @@ func (c *conn) peerState(s webrtc.PeerConnectionState) {
 		// Media written before the transport was up was lost: a still page
 		// sends no more frames, so ask for a keyframe of the last picture.
 		c.mu.Lock()
-		codec, p, start := c.codec, c.peer, c.peerStart
+		sub, p, start := c.sub, c.peer, c.peerStart
 		first, restarted := !c.outcome, c.restarting
 		c.outcome, c.restarting = true, false
 		c.mu.Unlock()
-		c.media.RequestKeyframe(codec)
+		if sub != nil {
+			sub.RequestKeyframe()
+		}
 		if first && p != nil {
 			c.h.o.Telemetry.PeerConnected(p.CandidateType(), time.Since(start))
 		}

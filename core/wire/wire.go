@@ -53,50 +53,14 @@ func CodeOf(err error) string {
 	return errcode.BadEnvelope
 }
 
-// Envelope is one viewer message on control or pointer: the identity it
-// claims, its fencing fields and the action. The field set mirrors
-// core/dispatch's Envelope (ProducerID … Action) plus the connection
-// identity the receiving connection checks.
-type Envelope struct {
-	BrowserSessionID     string        `json:"browserSessionId"`
-	PeerID               string        `json:"peerId"`
-	ConnectionGeneration uint64        `json:"connectionGeneration"`
-	ProducerID           string        `json:"producerId"`
-	ProducerGeneration   uint64        `json:"producerGeneration"`
-	PageRevision         uint64        `json:"pageRevision"`
-	ControlSeq           uint64        `json:"controlSeq,omitempty"` // control channel
-	PointerSeq           uint64        `json:"pointerSeq,omitempty"` // pointer channel
-	ActionID             string        `json:"actionId,omitempty"`   // required on control except heartbeat
-	Action               action.Action `json:"action"`
-}
-
-// Ack statuses, as core/dispatch sends them.
-const (
-	StatusAccepted  = "accepted"
-	StatusCompleted = "completed"
-	StatusRejected  = "rejected"
-)
-
-// Ack answers one envelope on the control channel. Same fields as
-// core/dispatch's Ack.
-type Ack struct {
-	ActionID       string         `json:"actionId"`
-	Status         string         `json:"status"` // accepted | completed | rejected
-	Code           string         `json:"code,omitempty"`
-	Message        string         `json:"message,omitempty"`
-	ActionRevision uint64         `json:"actionRevision,omitempty"`
-	PageRevision   uint64         `json:"pageRevision"`
-	Result         *action.Result `json:"result,omitempty"`
-}
-
 // Reject builds the rejected ack for a refused envelope: err's code and
 // safe message, and whatever actionId could be read.
-func Reject(actionID string, err error, pageRevision uint64) Ack {
+func Reject(actionID string, err error, pageRevision uint64) action.Ack {
 	msg := "refused"
 	if e, ok := errcode.As(err); ok {
 		msg = e.Message
 	}
-	return Ack{ActionID: actionID, Status: StatusRejected, Code: CodeOf(err), Message: msg, PageRevision: pageRevision}
+	return action.Ack{ActionID: actionID, Status: action.StatusRejected, Code: CodeOf(err), Message: msg, PageRevision: pageRevision}
 }
 
 // Server message types.
@@ -139,7 +103,7 @@ type rawEnvelope struct {
 // nothing else. Field values (coordinates, key names, sizes of text) are
 // the dispatcher's to validate; Decode checks structure, types, presence,
 // the channel and the size.
-func Decode(channel string, b []byte) (Envelope, error) {
+func Decode(channel string, b []byte) (action.Envelope, error) {
 	var limit int
 	switch channel {
 	case ChannelControl:
@@ -147,24 +111,24 @@ func Decode(channel string, b []byte) (Envelope, error) {
 	case ChannelPointer:
 		limit = MaxPointerSize
 	default:
-		return Envelope{}, errcode.Newf(errcode.WrongChannel, "viewers send only on control and pointer")
+		return action.Envelope{}, errcode.Newf(errcode.WrongChannel, "viewers send only on control and pointer")
 	}
 	if len(b) == 0 {
-		return Envelope{}, errcode.Newf(errcode.BadEnvelope, "empty message")
+		return action.Envelope{}, errcode.Newf(errcode.BadEnvelope, "empty message")
 	}
 	if len(b) > limit {
-		return Envelope{}, errcode.Newf(errcode.TooLarge, "%s messages are limited to %d bytes", channel, limit)
+		return action.Envelope{}, errcode.Newf(errcode.TooLarge, "%s messages are limited to %d bytes", channel, limit)
 	}
 	if b[0] != Version {
-		return Envelope{}, errcode.Newf(errcode.BadVersion, "unsupported envelope version (want %d)", Version)
+		return action.Envelope{}, errcode.Newf(errcode.BadVersion, "unsupported envelope version (want %d)", Version)
 	}
 	body := bytes.TrimLeft(b[1:], " \t\r\n")
 	if len(body) == 0 || body[0] != '{' {
-		return Envelope{}, errcode.Newf(errcode.BadEnvelope, "body is not a JSON object")
+		return action.Envelope{}, errcode.Newf(errcode.BadEnvelope, "body is not a JSON object")
 	}
 	var r rawEnvelope
 	err := json.Unmarshal(body, &r)
-	var out Envelope
+	var out action.Envelope
 	if r.ActionID != nil && len(*r.ActionID) <= MaxActionIDLen {
 		out.ActionID = *r.ActionID
 	}
@@ -183,8 +147,8 @@ func Decode(channel string, b []byte) (Envelope, error) {
 	return e, nil
 }
 
-func check(channel string, r *rawEnvelope) (Envelope, error) {
-	var e Envelope
+func check(channel string, r *rawEnvelope) (action.Envelope, error) {
+	var e action.Envelope
 	for _, f := range []struct {
 		name string
 		v    *string
@@ -195,10 +159,10 @@ func check(channel string, r *rawEnvelope) (Envelope, error) {
 		{"producerId", r.ProducerID, &e.ProducerID},
 	} {
 		if f.v == nil || *f.v == "" {
-			return Envelope{}, errcode.Newf(errcode.BadField, "%s is missing", f.name)
+			return action.Envelope{}, errcode.Newf(errcode.BadField, "%s is missing", f.name)
 		}
 		if len(*f.v) > MaxIDLen {
-			return Envelope{}, errcode.Newf(errcode.BadField, "%s is over %d bytes", f.name, MaxIDLen)
+			return action.Envelope{}, errcode.Newf(errcode.BadField, "%s is over %d bytes", f.name, MaxIDLen)
 		}
 		*f.dst = *f.v
 	}
@@ -211,56 +175,56 @@ func check(channel string, r *rawEnvelope) (Envelope, error) {
 		{"producerGeneration", r.ProducerGeneration, &e.ProducerGeneration},
 	} {
 		if f.v == nil || *f.v == 0 {
-			return Envelope{}, errcode.Newf(errcode.BadField, "%s is missing or 0", f.name)
+			return action.Envelope{}, errcode.Newf(errcode.BadField, "%s is missing or 0", f.name)
 		}
 		*f.dst = *f.v
 	}
 	if r.PageRevision == nil {
-		return Envelope{}, errcode.Newf(errcode.BadField, "pageRevision is missing")
+		return action.Envelope{}, errcode.Newf(errcode.BadField, "pageRevision is missing")
 	}
 	e.PageRevision = *r.PageRevision
 	if r.Action == nil {
-		return Envelope{}, errcode.Newf(errcode.BadField, "action is missing")
+		return action.Envelope{}, errcode.Newf(errcode.BadField, "action is missing")
 	}
 	e.Action = *r.Action
 	if e.Action.Kind == "" {
-		return Envelope{}, errcode.Newf(errcode.BadField, "action.kind is missing")
+		return action.Envelope{}, errcode.Newf(errcode.BadField, "action.kind is missing")
 	}
 	if !clientKinds[e.Action.Kind] {
-		return Envelope{}, errcode.Newf(errcode.UnknownKind, "action.kind is not a client action")
+		return action.Envelope{}, errcode.Newf(errcode.UnknownKind, "action.kind is not a client action")
 	}
 	onPointer := e.Action.OnPointerChannel()
 	if onPointer != (channel == ChannelPointer) {
 		if onPointer {
-			return Envelope{}, errcode.Newf(errcode.WrongChannel, "pointer_move and wheel travel on the pointer channel")
+			return action.Envelope{}, errcode.Newf(errcode.WrongChannel, "pointer_move and wheel travel on the pointer channel")
 		}
-		return Envelope{}, errcode.Newf(errcode.WrongChannel, "only pointer_move and wheel travel on the pointer channel")
+		return action.Envelope{}, errcode.Newf(errcode.WrongChannel, "only pointer_move and wheel travel on the pointer channel")
 	}
 	if r.ActionID != nil {
 		if len(*r.ActionID) > MaxActionIDLen {
-			return Envelope{}, errcode.Newf(errcode.BadField, "actionId is over %d bytes", MaxActionIDLen)
+			return action.Envelope{}, errcode.Newf(errcode.BadField, "actionId is over %d bytes", MaxActionIDLen)
 		}
 		e.ActionID = *r.ActionID
 	}
 	if onPointer {
 		if r.ControlSeq != nil {
-			return Envelope{}, errcode.Newf(errcode.BadField, "controlSeq is not allowed on the pointer channel")
+			return action.Envelope{}, errcode.Newf(errcode.BadField, "controlSeq is not allowed on the pointer channel")
 		}
 		if r.PointerSeq == nil || *r.PointerSeq == 0 {
-			return Envelope{}, errcode.Newf(errcode.BadField, "pointerSeq is missing or 0")
+			return action.Envelope{}, errcode.Newf(errcode.BadField, "pointerSeq is missing or 0")
 		}
 		e.PointerSeq = *r.PointerSeq
 	} else {
 		if r.PointerSeq != nil {
-			return Envelope{}, errcode.Newf(errcode.BadField, "pointerSeq is not allowed on the control channel")
+			return action.Envelope{}, errcode.Newf(errcode.BadField, "pointerSeq is not allowed on the control channel")
 		}
 		// heartbeat is out of band: its seq and actionId are optional.
 		if e.Action.Kind != action.Heartbeat {
 			if r.ControlSeq == nil || *r.ControlSeq == 0 {
-				return Envelope{}, errcode.Newf(errcode.BadField, "controlSeq is missing or 0")
+				return action.Envelope{}, errcode.Newf(errcode.BadField, "controlSeq is missing or 0")
 			}
 			if e.ActionID == "" {
-				return Envelope{}, errcode.Newf(errcode.BadField, "actionId is missing")
+				return action.Envelope{}, errcode.Newf(errcode.BadField, "actionId is missing")
 			}
 		}
 		if r.ControlSeq != nil {
@@ -273,7 +237,7 @@ func check(channel string, r *rawEnvelope) (Envelope, error) {
 	case e.Action.PageRevision == 0:
 		e.Action.PageRevision = e.PageRevision
 	case e.Action.PageRevision != e.PageRevision:
-		return Envelope{}, errcode.Newf(errcode.BadField, "action.pageRevision differs from pageRevision")
+		return action.Envelope{}, errcode.Newf(errcode.BadField, "action.pageRevision differs from pageRevision")
 	}
 	return e, nil
 }
@@ -294,7 +258,7 @@ func safeField(f string) string {
 
 // Encode builds the message a viewer sends for e (Go producers and tests;
 // the panel builds the same bytes in JavaScript).
-func Encode(e Envelope) ([]byte, error) {
+func Encode(e action.Envelope) ([]byte, error) {
 	body, err := json.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("encode envelope: %w", err)
@@ -303,10 +267,10 @@ func Encode(e Envelope) ([]byte, error) {
 }
 
 // EncodeAck builds the control-channel message for an ack.
-func EncodeAck(a Ack) ([]byte, error) {
+func EncodeAck(a action.Ack) ([]byte, error) {
 	body, err := json.Marshal(struct {
 		Type string `json:"type"`
-		Ack
+		action.Ack
 	}{TypeAck, a})
 	if err != nil {
 		return nil, fmt.Errorf("encode ack: %w", err)

@@ -20,7 +20,7 @@ func TestDecodeGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Envelope{BrowserSessionID: "s1", PeerID: "p1", ConnectionGeneration: 7, ProducerID: "pr1",
+	want := action.Envelope{BrowserSessionID: "s1", PeerID: "p1", ConnectionGeneration: 7, ProducerID: "pr1",
 		ProducerGeneration: 2, PageRevision: 3, ControlSeq: 1, ActionID: "2-1",
 		Action: action.Action{Kind: action.PointerDown, X: 0.25, Y: 0.75, Button: "left", ClickCount: 1, PageRevision: 3}}
 	if e != want {
@@ -45,7 +45,7 @@ func TestDecodeGood(t *testing.T) {
 }
 
 func TestEncodeRoundTrip(t *testing.T) {
-	in := Envelope{BrowserSessionID: "s", PeerID: "p", ConnectionGeneration: 1, ProducerID: "x",
+	in := action.Envelope{BrowserSessionID: "s", PeerID: "p", ConnectionGeneration: 1, ProducerID: "x",
 		ProducerGeneration: 1, PageRevision: 5, ControlSeq: 4, ActionID: "1-4",
 		Action: action.Action{Kind: action.KeyDown, Key: "a", Code: "KeyA", Modifiers: action.ModShift, PageRevision: 5}}
 	b, err := Encode(in)
@@ -139,13 +139,13 @@ func TestDecodeKeepsActionID(t *testing.T) {
 		t.Fatalf("%+v %v", e, err)
 	}
 	ack := Reject(e.ActionID, err, 3)
-	if ack.Status != StatusRejected || ack.Code != errcode.UnknownKind || ack.ActionID != "2-1" || ack.Message == "" {
+	if ack.Status != action.StatusRejected || ack.Code != errcode.UnknownKind || ack.ActionID != "2-1" || ack.Message == "" {
 		t.Fatalf("%+v", ack)
 	}
 }
 
 func TestEncodeAckAndState(t *testing.T) {
-	b, err := EncodeAck(Ack{ActionID: "1-1", Status: StatusCompleted, ActionRevision: 4, PageRevision: 2,
+	b, err := EncodeAck(action.Ack{ActionID: "1-1", Status: action.StatusCompleted, ActionRevision: 4, PageRevision: 2,
 		Result: &action.Result{Text: "hi", PageRevision: 2}})
 	if err != nil {
 		t.Fatal(err)
@@ -184,5 +184,46 @@ func TestEncodeAckAndState(t *testing.T) {
 	}
 	if _, err := Unwrap([]byte{9, '{', '}'}); CodeOf(err) != errcode.BadVersion {
 		t.Fatal(err)
+	}
+}
+
+// TestEncodingsUnchanged: the bytes are those core/wire sent while it had
+// its own Envelope and Ack types (captured from that code); the one
+// addition is retryAfterMs, only on an ack that has it.
+func TestEncodingsUnchanged(t *testing.T) {
+	ack := func(a action.Ack) string {
+		b, err := EncodeAck(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	env := func(e action.Envelope) string {
+		b, err := Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	rejected := action.Ack{ActionID: "1-2", Status: action.StatusRejected, Code: "rate_limited", Message: "rate limited", PageRevision: 1}
+	withRetry := rejected
+	withRetry.RetryAfterMs = 250
+	for _, c := range []struct{ got, want string }{
+		{ack(action.Ack{ActionID: "1-1", Status: action.StatusCompleted, ActionRevision: 4, PageRevision: 2, Result: &action.Result{Text: "hi", PageRevision: 2}}),
+			"\x01{\"type\":\"ack\",\"actionId\":\"1-1\",\"status\":\"completed\",\"actionRevision\":4,\"pageRevision\":2,\"result\":{\"text\":\"hi\",\"pageRevision\":2}}"},
+		{ack(rejected),
+			"\x01{\"type\":\"ack\",\"actionId\":\"1-2\",\"status\":\"rejected\",\"code\":\"rate_limited\",\"message\":\"rate limited\",\"pageRevision\":1}"},
+		{ack(withRetry),
+			"\x01{\"type\":\"ack\",\"actionId\":\"1-2\",\"status\":\"rejected\",\"code\":\"rate_limited\",\"message\":\"rate limited\",\"pageRevision\":1,\"retryAfterMs\":250}"},
+		{env(action.Envelope{BrowserSessionID: "s", PeerID: "p", ConnectionGeneration: 1, ProducerID: "x", ProducerGeneration: 1, PageRevision: 5, ControlSeq: 4, ActionID: "1-4",
+			Action: action.Action{Kind: action.KeyDown, Key: "a", Code: "KeyA", Modifiers: action.ModShift, PageRevision: 5}}),
+			"\x01{\"browserSessionId\":\"s\",\"peerId\":\"p\",\"connectionGeneration\":1,\"producerId\":\"x\",\"producerGeneration\":1,\"pageRevision\":5,\"controlSeq\":4,\"actionId\":\"1-4\",\"action\":{\"kind\":\"key_down\",\"key\":\"a\",\"code\":\"KeyA\",\"modifiers\":8,\"pageRevision\":5}}"},
+		{env(action.Envelope{BrowserSessionID: "s", PeerID: "p", ConnectionGeneration: 1, ProducerID: "x", ProducerGeneration: 1, PageRevision: 5, PointerSeq: 9,
+			Action: action.Action{Kind: action.PointerMove, X: 0.5, Y: 0.25, PageRevision: 5}}),
+			"\x01{\"browserSessionId\":\"s\",\"peerId\":\"p\",\"connectionGeneration\":1,\"producerId\":\"x\",\"producerGeneration\":1,\"pageRevision\":5,\"pointerSeq\":9,\"action\":{\"kind\":\"pointer_move\",\"x\":0.5,\"y\":0.25,\"pageRevision\":5}}"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got  %q\nwant %q", c.got, c.want)
+		}
 	}
 }

@@ -61,9 +61,9 @@ type liveViewer struct {
 	lastFrame  time.Time
 	frames     int
 	control    *webrtc.DataChannel
-	sent       map[string]time.Time // actionId → when sent
-	acks       map[string]wire.Ack  // actionId → first answer
-	sendFailAt time.Time            // the control channel refused a send
+	sent       map[string]time.Time  // actionId → when sent
+	acks       map[string]action.Ack // actionId → first answer
+	sendFailAt time.Time             // the control channel refused a send
 
 	done chan struct{} // the socket reader ended
 	stop context.CancelFunc
@@ -83,7 +83,7 @@ func connectLive(t *testing.T, a *harness.Appliance, id string, hdr http.Header)
 		t.Fatalf("dial signaling: %v", err)
 	}
 	ws.SetReadLimit(4 << 20)
-	v := &liveViewer{t: t, ws: ws, errs: map[string]time.Time{}, sent: map[string]time.Time{}, acks: map[string]wire.Ack{}, done: make(chan struct{})}
+	v := &liveViewer{t: t, ws: ws, errs: map[string]time.Time{}, sent: map[string]time.Time{}, acks: map[string]action.Ack{}, done: make(chan struct{})}
 	t.Cleanup(v.close)
 	write := func(m any) {
 		b, _ := json.Marshal(m)
@@ -155,7 +155,7 @@ func connectLive(t *testing.T, a *harness.Appliance, id string, hdr http.Header)
 		v.mu.Unlock()
 		dc.OnMessage(func(m webrtc.DataChannelMessage) {
 			body, err := wire.Unwrap(m.Data)
-			var ack wire.Ack
+			var ack action.Ack
 			if err != nil || json.Unmarshal(body, &ack) != nil || ack.ActionID == "" {
 				return
 			}
@@ -263,7 +263,7 @@ func (v *liveViewer) typeAlong(ctx context.Context) {
 	w := v.welcome
 	for seq := uint64(1); ; seq++ {
 		id := fmt.Sprintf("t-%d", seq)
-		b, err := wire.Encode(wire.Envelope{BrowserSessionID: w.SessionID, PeerID: w.PeerID, ConnectionGeneration: w.ConnectionGeneration,
+		b, err := wire.Encode(action.Envelope{BrowserSessionID: w.SessionID, PeerID: w.PeerID, ConnectionGeneration: w.ConnectionGeneration,
 			ProducerID: w.ProducerID, ProducerGeneration: w.ProducerGeneration, PageRevision: w.PageRevision,
 			ControlSeq: seq, ActionID: id, Action: action.Action{Kind: action.TextInsert, Text: "x"}})
 		if err != nil {
@@ -301,7 +301,7 @@ func (v *liveViewer) inputFate(t0 time.Time) (lastAccepted, firstRefused time.Du
 			continue
 		}
 		ack, ok := v.acks[id]
-		if ok && ack.Status == wire.StatusAccepted {
+		if ok && ack.Status == action.StatusAccepted {
 			if d := at.Sub(t0); d > lastAccepted {
 				lastAccepted = d
 			}
