@@ -7,7 +7,7 @@
 // The appliance grants each interactive viewer and each agent a producer:
 // an unguessable producerId and producerGeneration (first 1), sent in
 // signaling and never chosen by the client. The caller stamps them on every
-// Envelope from the peer's grant. Renew (reconnect, peer replacement) keeps
+// action.Envelope from the peer's grant. Renew (reconnect, peer replacement) keeps
 // the id and bumps the generation; End (peer or DataChannel closed, socket
 // lost, revoke) ends the producer. A message for an older generation, or
 // for an ended producer, is rejected stale_generation forever; an id never

@@ -205,12 +205,11 @@ type conn struct {
 	ctx    context.Context // canceled when the connection is cleaned up
 	cancel context.CancelFunc
 
-	sub viewer.Subscription // set by hello
-
 	mu        sync.Mutex
 	phase     phase
 	codec     string
 	peer      *peer.Peer
+	sub       viewer.Subscription // the viewer's place in the session, from hello on
 	offerSent bool
 	pending   []webrtc.ICECandidateInit // local candidates gathered before the offer went out
 	// early: the viewer's candidates that arrived while an offer (first or

@@ -3,7 +3,9 @@
 // pointer and state channels, in both directions, is one binary
 // DataChannel message: a version byte (Version) followed by a UTF-8 JSON
 // object. Decode parses and checks what a viewer sends; EncodeAck and
-// EncodeState build what the appliance answers.
+// EncodeState build what the appliance answers. The messages are
+// core/action's Envelope and Ack, the same values core/dispatch takes and
+// gives: nothing converts between the codec and the dispatcher.
 package wire
 
 import (
