@@ -22,13 +22,15 @@ type rect struct {
 }
 
 // nextControl returns the next submitted control envelope, skipping
-// pointer-channel ones (moves the browser makes along the way).
+// pointer-channel ones (moves the browser makes along the way) and
+// heartbeats (the panel's timer sends one while a button or key is held,
+// so a loaded machine may see one between a press and its release).
 func nextControl(t *testing.T, in *testInput) action.Envelope {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		e := in.next(t, time.Until(deadline))
-		if !e.Action.OnPointerChannel() {
+		if !e.Action.OnPointerChannel() && e.Action.Kind != action.Heartbeat {
 			return e
 		}
 	}
