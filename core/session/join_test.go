@@ -15,17 +15,20 @@ import (
 func TestSubscriptionTransport(t *testing.T) {
 	m := &Manager{}
 	m.vid.Store(&Video{BitrateKbps: 2500})
-	s := &Session{m: m}
-	p := &pipeline{codec: "vp8", s: s, rates: map[string]viewerRate{}}
-	p.targetKbps.Store(2500)
-	s.pipes = map[string]*pipeline{"vp8": p}
+	s := &Session{m: m, id: "t"}
+	p, err := s.newPipe("vp8") // never started: only its rate is looked at
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pipes = map[string]*codecPipe{"vp8": p}
+	target := func() int { return p.Stats(0).TargetKbps }
 	releases := 0
 	sub := &Subscription{s: s, codec: "vp8", owner: "ann", release: func() { releases++ }}
 
 	sub.ReportTransport(viewer.Transport{Peer: "p1", Path: "host", Protocol: "udp", RTT: 12 * time.Millisecond,
 		FractionLost: 0.01, EstimateBps: 900_000, SteadyBps: 800_000})
-	if got, steady := p.targetKbps.Load(), p.steadyKbps.Load(); got != 900 || steady != 800 {
-		t.Errorf("pipeline target %d steady %d, want 900 and 800", got, steady)
+	if got := target(); got != 900 {
+		t.Errorf("pipeline target %d kbit/s, want 900", got)
 	}
 	info := s.viewerInfo["p1"]
 	if info.User != "ann" || info.Codec != "vp8" || info.Interactive || info.EstimateKbps != 900 || info.SteadyKbps != 800 ||
@@ -39,8 +42,8 @@ func TestSubscriptionTransport(t *testing.T) {
 	if releases != 1 {
 		t.Errorf("track released %d times, want 1", releases)
 	}
-	if len(s.viewerInfo) != 0 || p.targetKbps.Load() != 2500 {
-		t.Errorf("after Leave: %d rows, target %d", len(s.viewerInfo), p.targetKbps.Load())
+	if len(s.viewerInfo) != 0 || target() != 2500 {
+		t.Errorf("after Leave: %d rows, target %d", len(s.viewerInfo), target())
 	}
 	if sub.Input() != nil {
 		t.Error("a view-only subscription has an input")
