@@ -7,6 +7,7 @@ import (
 
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/viewer"
 	"github.com/tabcast/tabcast/core/wire"
 )
@@ -63,7 +64,7 @@ func TestRateLimitedAckReachesViewer(t *testing.T) {
 	dv.expectAck(t, "", action.StatusCompleted, "")
 
 	dv.sendRaw(t, wire.ChannelControl, g.envelope(t, action.Action{Kind: action.Reload}, nil))
-	a := dv.expectAck(t, "", action.StatusRejected, action.CodeRateLimited)
+	a := dv.expectAck(t, "", action.StatusRejected, errcode.RateLimited)
 	ms, ok := a["retryAfterMs"].(float64)
 	if !ok || ms <= 0 || ms > 4000 {
 		t.Fatalf("rate_limited ack %v: want retryAfterMs in (0, 4000]", a)
