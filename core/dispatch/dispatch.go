@@ -102,14 +102,14 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Producer kinds.
+// Producer kinds (Grant.Kind).
 const (
 	KindHuman = "human"
 	KindAgent = "agent"
 )
 
-// Producer is a grant: who may submit actions, under which generation.
-type Producer struct {
+// Grant is a producer's right to act: who may submit actions, under which generation.
+type Grant struct {
 	ID         string
 	Generation uint64
 	Kind       string // "human" | "agent"
@@ -170,7 +170,7 @@ func New(cfg Config, ex Executor) *Dispatcher {
 
 // Grant registers a new producer at generation 1 with a random,
 // unguessable id.
-func (d *Dispatcher) Grant(kind, owner string) Producer {
+func (d *Dispatcher) Grant(kind, owner string) Grant {
 	id := rand.Text() // 128 bits from crypto/rand
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -193,21 +193,21 @@ func (d *Dispatcher) Grant(kind, owner string) Producer {
 // Renew bumps a producer's generation (reconnect, peer replacement). The old
 // generation is refused forever; its held input is released and its queued
 // actions are rejected stale_generation.
-func (d *Dispatcher) Renew(id string) (Producer, error) {
+func (d *Dispatcher) Renew(id string) (Grant, error) {
 	pageRev := d.ex.PageRevision()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return Producer{}, errcode.Newf(errcode.SessionClosed, "session closed")
+		return Grant{}, errcode.Newf(errcode.SessionClosed, "session closed")
 	}
 	p := d.producers[id]
 	if p == nil {
 		d.mu.Unlock()
-		return Producer{}, errcode.Newf(errcode.UnknownProducer, "unknown producer")
+		return Grant{}, errcode.Newf(errcode.UnknownProducer, "unknown producer")
 	}
 	if p.ended {
 		d.mu.Unlock()
-		return Producer{}, errcode.Newf(errcode.StaleGeneration, "producer ended")
+		return Grant{}, errcode.Newf(errcode.StaleGeneration, "producer ended")
 	}
 	drops := d.endGenerationLocked(p, errcode.StaleGeneration, "producer renewed", pageRev)
 	p.gen = newGeneration(p.gen.n+1, d.cfg.Now())

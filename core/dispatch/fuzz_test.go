@@ -204,7 +204,7 @@ func runOps(t *testing.T, data []byte) {
 	d := New(Config{Now: clock.Now, Deadline: 20 * time.Millisecond, ProducerQueue: 4, SessionQueue: 6, Burst: 6, HeldWatchdog: time.Second,
 		LedgerSize: 4, Logger: slog.New(slog.DiscardHandler)}, ex)
 	type state struct {
-		p   Producer
+		p   Grant
 		seq uint64 // next controlSeq
 		ptr uint64
 	}

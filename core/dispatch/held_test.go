@@ -24,7 +24,7 @@ func releasesOf(calls []call, from int) []call {
 }
 
 // pressAll makes p hold ShiftLeft, KeyA and the left button at (0.5,0.6).
-func pressAll(t *testing.T, h *harness, p Producer) {
+func pressAll(t *testing.T, h *harness, p Grant) {
 	t.Helper()
 	for i, a := range []action.Action{keyDown("ShiftLeft"), keyDown("KeyA"), ptrDown(0.3, 0.4)} {
 		if got := first(t, h.ctl(p, uint64(i+1), fmt.Sprint("press", i), a)); got.Status != action.StatusAccepted {

@@ -154,11 +154,11 @@ func (h *harness) submit(e action.Envelope) *sub {
 	return s
 }
 
-func (h *harness) ctl(p Producer, seq uint64, id string, a action.Action) *sub {
+func (h *harness) ctl(p Grant, seq uint64, id string, a action.Action) *sub {
 	return h.submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, ControlSeq: seq, ActionID: id, Action: a})
 }
 
-func (h *harness) ptr(p Producer, seq uint64, a action.Action) *sub {
+func (h *harness) ptr(p Grant, seq uint64, a action.Action) *sub {
 	return h.submit(action.Envelope{ProducerID: p.ID, ProducerGeneration: p.Generation, PointerSeq: seq, Action: a})
 }
 

@@ -18,8 +18,8 @@ type producer struct {
 	refilled time.Time
 }
 
-func (p *producer) grant() Producer {
-	return Producer{ID: p.id, Generation: p.gen.n, Kind: p.kind, Owner: p.owner}
+func (p *producer) grant() Grant {
+	return Grant{ID: p.id, Generation: p.gen.n, Kind: p.kind, Owner: p.owner}
 }
 
 // take spends one credit if there is one.

@@ -475,7 +475,7 @@ func TestConcurrentProducers(t *testing.T) {
 // gestureSetup grants a person and a bot and keeps the worker busy on the
 // bot's navigation (its first action) until unblock is called, so that
 // what the test queues next waits together.
-func gestureSetup(t *testing.T, cfg Config) (h *harness, person, bot Producer, unblock func()) {
+func gestureSetup(t *testing.T, cfg Config) (h *harness, person, bot Grant, unblock func()) {
 	h = newHarness(t, cfg)
 	person = h.d.Grant(KindHuman, "alice")
 	bot = h.d.Grant(KindAgent, "bot")
@@ -486,7 +486,7 @@ func gestureSetup(t *testing.T, cfg Config) (h *harness, person, bot Producer, u
 }
 
 // runOrder is who ran what after the first (blocking) call: "p:kind b:kind".
-func runOrder(h *harness, person, bot Producer) string {
+func runOrder(h *harness, person, bot Grant) string {
 	var order []string
 	for _, c := range h.ex.snapshot()[1:] {
 		who := map[string]string{person.ID: "p", bot.ID: "b"}[c.producer]

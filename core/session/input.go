@@ -102,7 +102,7 @@ type Producer struct {
 	s     *Session
 	kind  string
 	owner string
-	grant dispatch.Producer
+	grant dispatch.Grant
 	sub   uint64
 	once  sync.Once
 }
@@ -127,7 +127,7 @@ func (s *Session) OpenProducer(kind, owner string, onState func(action.StateEven
 }
 
 // Grant returns the producer's id and generation.
-func (p *Producer) Grant() dispatch.Producer { return p.grant }
+func (p *Producer) Grant() dispatch.Grant { return p.grant }
 
 // Producer is the grant's id and generation, which a viewer's envelopes
 // must carry (viewer.Input).

@@ -25,7 +25,7 @@ func (instantExec) PageRevision() uint64 { return 1 }
 // grants one (core/session Producer): the grant stamps the envelopes.
 type dispatchInput struct {
 	d     *dispatch.Dispatcher
-	grant dispatch.Producer
+	grant dispatch.Grant
 }
 
 func (in *dispatchInput) Producer() (string, uint64) { return in.grant.ID, in.grant.Generation }
