@@ -126,12 +126,9 @@ func (s *Session) OpenProducer(kind, owner string, onState func(action.StateEven
 	return p, nil
 }
 
-// Grant returns the producer's id and generation.
-func (p *Producer) Grant() dispatch.Grant { return p.grant }
-
-// Producer is the grant's id and generation, which a viewer's envelopes
-// must carry (viewer.Input).
-func (p *Producer) Producer() (id string, generation uint64) { return p.grant.ID, p.grant.Generation }
+// Grant is the grant's id and generation, which a viewer's envelopes
+// must carry (viewer.Producer).
+func (p *Producer) Grant() (id string, generation uint64) { return p.grant.ID, p.grant.Generation }
 
 // PageRevision is the page's current revision.
 func (p *Producer) PageRevision() uint64 { return p.s.ex.PageRevision() }

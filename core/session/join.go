@@ -43,7 +43,7 @@ func (m *Manager) Join(id string, r viewer.Request) (viewer.Subscription, error)
 // capture, for the first) and, when it asks to act, grants it a human
 // producer. Errors wrap viewer.ErrCapacity (no room for another viewer)
 // or viewer.ErrSessionNotFound (the session is not ready); a refused
-// producer does not fail the join (Subscription.InputErr).
+// producer does not fail the join (Subscription.ProducerErr).
 func (s *Session) Join(r viewer.Request) (*Subscription, error) {
 	track, release, err := s.Subscribe(r.Codec)
 	switch {
@@ -58,9 +58,9 @@ func (s *Session) Join(r viewer.Request) (*Subscription, error) {
 	if r.Interactive {
 		p, err := s.OpenProducer(dispatch.KindHuman, r.Owner, r.OnState)
 		if err != nil {
-			sub.inputErr = fmt.Errorf("%w: %w", viewer.ErrNotInteractive, err)
+			sub.producerErr = fmt.Errorf("%w: %w", viewer.ErrNotInteractive, err)
 		} else {
-			sub.input = p
+			sub.producer = p
 		}
 	}
 	return sub, nil
@@ -68,13 +68,13 @@ func (s *Session) Join(r viewer.Request) (*Subscription, error) {
 
 // Subscription is one viewer's place in a session (viewer.Subscription).
 type Subscription struct {
-	s        *Session
-	codec    string
-	owner    string
-	track    webrtc.TrackLocal
-	release  func() // idempotent (Session.Subscribe)
-	input    *Producer
-	inputErr error
+	s           *Session
+	codec       string
+	owner       string
+	track       webrtc.TrackLocal
+	release     func() // idempotent (Session.Subscribe)
+	producer    *Producer
+	producerErr error
 
 	// mu orders the transport reports against Leave, so a report that
 	// races the viewer's departure cannot put it back in the table.
@@ -100,19 +100,19 @@ func (sub *Subscription) ReportTransport(t viewer.Transport) {
 		return
 	}
 	sub.peer = t.Peer
-	sub.s.ViewerReport(sub.codec, sub.owner, sub.input != nil, t)
+	sub.s.ViewerReport(sub.codec, sub.owner, sub.producer != nil, t)
 }
 
-// Input is the viewer's producer, nil when it only watches.
-func (sub *Subscription) Input() viewer.Input {
-	if sub.input == nil {
+// Producer is the viewer's producer, nil when it only watches.
+func (sub *Subscription) Producer() viewer.Producer {
+	if sub.producer == nil {
 		return nil // a nil interface, not a typed nil
 	}
-	return sub.input
+	return sub.producer
 }
 
-// InputErr says why an interactive join got no producer.
-func (sub *Subscription) InputErr() error { return sub.inputErr }
+// ProducerErr says why an interactive join got no producer.
+func (sub *Subscription) ProducerErr() error { return sub.producerErr }
 
 // Done is closed when the session starts closing.
 func (sub *Subscription) Done() <-chan struct{} { return sub.s.Done() }
@@ -127,8 +127,8 @@ func (sub *Subscription) Snapshot() (uint64, any) {
 // Leave closes the producer, withdraws the viewer's transport report and
 // releases the track. Idempotent.
 func (sub *Subscription) Leave() {
-	if sub.input != nil {
-		sub.input.Close()
+	if sub.producer != nil {
+		sub.producer.Close()
 	}
 	sub.mu.Lock()
 	first := !sub.left

@@ -45,7 +45,7 @@ func TestSubscriptionTransport(t *testing.T) {
 	if len(s.viewerInfo) != 0 || target() != 2500 {
 		t.Errorf("after Leave: %d rows, target %d", len(s.viewerInfo), target())
 	}
-	if sub.Input() != nil {
+	if sub.Producer() != nil {
 		t.Error("a view-only subscription has an input")
 	}
 }

@@ -72,7 +72,7 @@ func TestAccessWithdrawnEndsTheConnection(t *testing.T) {
 	e := newEnv(t, "vp8")
 	fa := newFakeAccess(true, true)
 	v, _, _ := connectWithAccess(t, e, fa)
-	in := e.media.lastInput()
+	in := e.media.lastProducer()
 	peerDown := make(chan webrtc.PeerConnectionState, 4)
 	v.recv.PC.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		if s != webrtc.PeerConnectionStateConnected {
@@ -108,7 +108,7 @@ func TestAccessNarrowedKeepsVideo(t *testing.T) {
 	e := newEnv(t, "vp8")
 	fa := newFakeAccess(true, true)
 	v, dv, g := connectWithAccess(t, e, fa)
-	in := e.media.lastInput()
+	in := e.media.lastProducer()
 	fa.set(true, false)
 	f := v.next("error", time.Second, v.handle)
 	if f.Code != errcode.PermissionDenied {

@@ -25,7 +25,7 @@ type rect struct {
 // pointer-channel ones (moves the browser makes along the way) and
 // heartbeats (the panel's timer sends one while a button or key is held,
 // so a loaded machine may see one between a press and its release).
-func nextControl(t *testing.T, in *testInput) action.Envelope {
+func nextControl(t *testing.T, in *testProducer) action.Envelope {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -85,7 +85,7 @@ func TestPanelInput(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	in := e.media.lastInput()
+	in := e.media.lastProducer()
 	if iv.ProducerID != in.id || iv.ProducerGeneration != 1 || iv.PageRevision != 1 {
 		t.Fatalf("panel grant %+v", iv)
 	}

@@ -30,7 +30,7 @@ func (c *conn) onState(ev action.StateEvent) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.inputClosed {
+	if c.producerClosed {
 		return
 	}
 	if c.peer == nil {
@@ -51,7 +51,7 @@ func (c *conn) onState(ev action.StateEvent) {
 // is answered with a rejected ack on control and never submitted.
 func (c *conn) onInput(channel string, b []byte) {
 	c.mu.Lock()
-	in, p, ended, denied, connGen := c.input, c.peer, c.inputClosed, c.inputDenied, c.connGen
+	in, p, ended, denied, connGen := c.producer, c.peer, c.producerClosed, c.inputDenied, c.connGen
 	c.mu.Unlock()
 	if p == nil {
 		return // channels exist only once hello made the peer
@@ -83,8 +83,8 @@ func (c *conn) onInput(channel string, b []byte) {
 // checkIdentity refuses an envelope that does not name this connection's
 // session, peer and producer (wrong_identity) or names an older generation
 // of them (stale_generation).
-func checkIdentity(e action.Envelope, sessionID, peerID string, connGen uint64, in viewer.Input) error {
-	id, gen := in.Producer()
+func checkIdentity(e action.Envelope, sessionID, peerID string, connGen uint64, in viewer.Producer) error {
+	id, gen := in.Grant()
 	switch {
 	case e.BrowserSessionID != sessionID || e.PeerID != peerID || e.ProducerID != id:
 		return errcode.New(errcode.WrongIdentity, "browserSessionId, peerId or producerId is not this connection's")
@@ -120,14 +120,14 @@ func (c *conn) sendAck(p *peer.Peer, a action.Ack) {
 // onChannel: a closed control or pointer channel ends the producer.
 func (c *conn) onChannel(label string, open bool) {
 	if !open && (label == peer.ChannelControl || label == peer.ChannelPointer) {
-		c.endInput(label + " channel closed")
+		c.endProducer(label + " channel closed")
 	}
 }
 
 // onUnhealthy: the viewer does not read its acks; the peer is closing.
 func (c *conn) onUnhealthy(reason string) {
 	c.sendError(errcode.SlowConsumer, "the viewer does not read its control channel")
-	c.endInput("unhealthy: " + reason)
+	c.endProducer("unhealthy: " + reason)
 }
 
 // watchAccess follows the viewer's rights until the connection ends: a
@@ -166,12 +166,12 @@ func (c *conn) denyInput() {
 	c.mu.Lock()
 	already := c.inputDenied
 	c.inputDenied = true
-	had := c.input != nil && !c.inputClosed
+	had := c.producer != nil && !c.producerClosed
 	c.mu.Unlock()
 	if already {
 		return
 	}
-	c.endInput("access withdrawn")
+	c.endProducer("access withdrawn")
 	if had {
 		c.sendError(errcode.PermissionDenied, "your right to act on this session was withdrawn; you may still watch")
 	}
@@ -191,7 +191,7 @@ func (c *conn) withdraw() {
 	p := c.peer
 	c.mu.Unlock()
 	c.log.Info("viewer's access withdrawn; disconnecting it", "user", c.viewer.Name)
-	c.endInput("access withdrawn")
+	c.endProducer("access withdrawn")
 	c.sendError(errcode.PermissionDenied, "your access to this session was withdrawn")
 	c.closeWith(ClosePermissionDenied, "access withdrawn")
 	if p != nil {
@@ -201,13 +201,13 @@ func (c *conn) withdraw() {
 	}
 }
 
-// endInput closes the producer exactly once, whatever ended it first: the
+// endProducer closes the producer exactly once, whatever ended it first: the
 // socket, the peer, or its control or pointer channel.
-func (c *conn) endInput(reason string) {
-	c.inputEndOnce.Do(func() {
+func (c *conn) endProducer(reason string) {
+	c.producerEndOnce.Do(func() {
 		c.mu.Lock()
-		in := c.input
-		c.inputClosed = true
+		in := c.producer
+		c.producerClosed = true
 		c.mu.Unlock()
 		if in != nil {
 			c.log.Info("input producer ended", "reason", reason)

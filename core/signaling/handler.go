@@ -219,13 +219,13 @@ type conn struct {
 	early   []webrtc.ICECandidateInit
 	closing bool // no more frames are queued
 
-	connGen      uint64
-	input        viewer.Input // nil: view-only, or not yet granted
-	inputClosed  bool         // Input.Close was called (or is being called)
-	inputDenied  bool         // the viewer's right to act was withdrawn
-	withdrawn    bool         // the viewer's access was withdrawn: the connection ends
-	stateHeld    []heldState  // state events that came before the peer existed
-	inputEndOnce sync.Once
+	connGen         uint64
+	producer        viewer.Producer // nil: view-only, or not yet granted
+	producerClosed  bool            // Producer.Close was called (or is being called)
+	inputDenied     bool            // the viewer's right to act was withdrawn
+	withdrawn       bool            // the viewer's access was withdrawn: the connection ends
+	stateHeld       []heldState     // state events that came before the peer existed
+	producerEndOnce sync.Once
 
 	// For telemetry: when the peer was made, whether its outcome (connected
 	// or failed) was counted, whether an ICE restart is under way.
@@ -272,7 +272,7 @@ func (c *conn) run() {
 		}
 	}
 	// After the peer: no callback submits anything once Close runs.
-	c.endInput("socket closed")
+	c.endProducer("socket closed")
 	c.mu.Lock()
 	revoke := c.revokeICE
 	c.revokeICE = nil
@@ -465,16 +465,16 @@ func (c *conn) hello(m Message) error {
 		c.log.Warn("subscribe failed", "codec", codec, "err", err)
 		return errcode.Newf(errcode.Internal, "could not start the video")
 	}
-	in := sub.Input()
+	in := sub.Producer()
 	var inputErr string
 	switch {
 	case m.Interactive && !wantInput:
 		inputErr = errcode.ViewOnly
 	case m.Interactive && in == nil:
 		// The viewer still watches; welcome says why it cannot act.
-		inputErr = inputErrorCode(sub.InputErr())
+		inputErr = inputErrorCode(sub.ProducerErr())
 		if inputErr == errcode.Internal {
-			c.log.Warn("open input failed", "err", sub.InputErr())
+			c.log.Warn("open input failed", "err", sub.ProducerErr())
 		}
 	}
 	connGen := c.h.connGen.Add(1)
@@ -503,13 +503,13 @@ func (c *conn) hello(m Message) error {
 		sub.Leave()
 		return errcode.Newf(errcode.PermissionDenied, "your access to this session was withdrawn")
 	}
-	var late viewer.Input
-	if in != nil && c.inputClosed {
+	var late viewer.Producer
+	if in != nil && c.producerClosed {
 		// The input was withdrawn while it was being opened.
 		late, in, inputErr = in, nil, errcode.PermissionDenied
 	}
 	c.peer, c.sub, c.codec, c.phase = p, sub, codec, phaseOffered
-	c.connGen, c.input = connGen, in
+	c.connGen, c.producer = connGen, in
 	c.peerStart = time.Now()
 	held := c.stateHeld
 	c.stateHeld = nil
@@ -547,7 +547,7 @@ func (c *conn) hello(m Message) error {
 		}
 	}
 	if in != nil {
-		welcome.ProducerID, welcome.ProducerGeneration = in.Producer()
+		welcome.ProducerID, welcome.ProducerGeneration = in.Grant()
 		welcome.PageRevision = in.PageRevision()
 	}
 	c.send(welcome)

@@ -51,14 +51,14 @@ type testMedia struct {
 	// transport is the newest viewer.Transport a subscription reported.
 	transport atomic.Pointer[viewer.Transport]
 
-	// openInput, when set, grants the producers instead of testInput
+	// openProducer, when set, grants the producers instead of testProducer
 	// (e.g. one on a real dispatcher).
-	openInput func(r viewer.Request) (viewer.Input, error)
+	openProducer func(r viewer.Request) (viewer.Producer, error)
 
 	inputFull atomic.Bool // the producer is refused with ErrCapacity
 	inputOff  atomic.Bool // the producer is refused with ErrNotInteractive
 	inputMu   sync.Mutex
-	inputs    []*testInput
+	inputs    []*testProducer
 
 	endOnce sync.Once
 	done    chan struct{}
@@ -66,7 +66,7 @@ type testMedia struct {
 
 // grantInput grants producer "prod-N", generation 1, and pushes the first
 // page_state at once (before the peer exists), as a session would.
-func (m *testMedia) grantInput(owner string, onState func(action.StateEvent)) (*testInput, error) {
+func (m *testMedia) grantInput(owner string, onState func(action.StateEvent)) (*testProducer, error) {
 	if owner != "local" {
 		return nil, fmt.Errorf("owner %q", owner)
 	}
@@ -77,7 +77,7 @@ func (m *testMedia) grantInput(owner string, onState func(action.StateEvent)) (*
 		return nil, fmt.Errorf("watch only: %w", viewer.ErrNotInteractive)
 	}
 	m.inputMu.Lock()
-	in := &testInput{id: fmt.Sprintf("prod-%d", len(m.inputs)+1), onState: onState,
+	in := &testProducer{id: fmt.Sprintf("prod-%d", len(m.inputs)+1), onState: onState,
 		submits: make(chan action.Envelope, 4096)}
 	m.inputs = append(m.inputs, in)
 	m.inputMu.Unlock()
@@ -87,8 +87,8 @@ func (m *testMedia) grantInput(owner string, onState func(action.StateEvent)) (*
 	return in, nil
 }
 
-// lastInput returns the newest grant.
-func (m *testMedia) lastInput() *testInput {
+// lastProducer returns the newest grant.
+func (m *testMedia) lastProducer() *testProducer {
 	m.inputMu.Lock()
 	defer m.inputMu.Unlock()
 	if len(m.inputs) == 0 {
@@ -103,10 +103,10 @@ func (m *testMedia) inputCount() int {
 	return len(m.inputs)
 }
 
-// testInput stands in for the session's dispatcher: it records what is
+// testProducer stands in for the session's dispatcher: it records what is
 // submitted and acks like core/dispatch (control: accepted then completed;
 // pointer: nothing).
-type testInput struct {
+type testProducer struct {
 	id      string
 	gen     atomic.Uint64
 	pageRev atomic.Uint64
@@ -117,15 +117,15 @@ type testInput struct {
 	once    sync.Once
 }
 
-func (in *testInput) Producer() (string, uint64) { return in.id, in.gen.Load() }
-func (in *testInput) PageRevision() uint64       { return in.pageRev.Load() }
-func (in *testInput) Close()                     { in.once.Do(func() { in.closes.Add(1) }) }
+func (in *testProducer) Grant() (string, uint64) { return in.id, in.gen.Load() }
+func (in *testProducer) PageRevision() uint64    { return in.pageRev.Load() }
+func (in *testProducer) Close()                  { in.once.Do(func() { in.closes.Add(1) }) }
 
-func (in *testInput) Submit(e action.Envelope, reply func(action.Ack)) {
+func (in *testProducer) Submit(e action.Envelope, reply func(action.Ack)) {
 	select {
 	case in.submits <- e:
 	default:
-		panic("testInput: too many submits")
+		panic("testProducer: too many submits")
 	}
 	if e.Action.OnPointerChannel() {
 		return
@@ -146,7 +146,7 @@ func (in *testInput) Submit(e action.Envelope, reply func(action.Ack)) {
 	reply(action.Ack{ActionID: e.ActionID, Status: action.StatusCompleted, ActionRevision: rev, PageRevision: page, Result: res})
 }
 
-func (in *testInput) pushPage(url, title string) {
+func (in *testProducer) pushPage(url, title string) {
 	in.onState(action.StateEvent{Type: "page_state", Payload: map[string]any{
 		"url": url, "title": title, "canGoBack": in.pageRev.Load() > 1, "canGoForward": false,
 		"loading": false, "pageRevision": in.pageRev.Load(),
@@ -154,7 +154,7 @@ func (in *testInput) pushPage(url, title string) {
 }
 
 // next waits for the next submitted envelope.
-func (in *testInput) next(t *testing.T, d time.Duration) action.Envelope {
+func (in *testProducer) next(t *testing.T, d time.Duration) action.Envelope {
 	t.Helper()
 	select {
 	case e := <-in.submits:
@@ -166,7 +166,7 @@ func (in *testInput) next(t *testing.T, d time.Duration) action.Envelope {
 }
 
 // none checks that nothing more was submitted.
-func (in *testInput) none(t *testing.T) {
+func (in *testProducer) none(t *testing.T) {
 	t.Helper()
 	select {
 	case e := <-in.submits:
@@ -190,8 +190,8 @@ func (m *testMedia) join(r viewer.Request) (viewer.Subscription, error) {
 	m.subs.Add(1)
 	sub := &testSub{m: m, src: src}
 	switch {
-	case r.Interactive && m.openInput != nil:
-		sub.in, sub.inErr = m.openInput(r)
+	case r.Interactive && m.openProducer != nil:
+		sub.in, sub.inErr = m.openProducer(r)
 	case r.Interactive:
 		in, err := m.grantInput(r.Owner, r.OnState)
 		if err == nil {
@@ -209,16 +209,16 @@ func (m *testMedia) end() { m.endOnce.Do(func() { close(m.done) }) }
 type testSub struct {
 	m     *testMedia
 	src   *peertest.Source
-	in    viewer.Input // nil: watches only
+	in    viewer.Producer // nil: watches only
 	inErr error
 	once  sync.Once
 }
 
 func (s *testSub) Track() webrtc.TrackLocal { return s.src.Track }
-func (s *testSub) InputErr() error          { return s.inErr }
+func (s *testSub) ProducerErr() error       { return s.inErr }
 func (s *testSub) Done() <-chan struct{}    { return s.m.done }
 
-func (s *testSub) Input() viewer.Input { return s.in }
+func (s *testSub) Producer() viewer.Producer { return s.in }
 
 func (s *testSub) RequestKeyframe() {
 	s.m.keyReqs.Add(1)

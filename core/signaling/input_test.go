@@ -177,7 +177,7 @@ func TestInputEndToEnd(t *testing.T) {
 		w.PageRevision != 1 || w.InputError != "" {
 		t.Fatalf("welcome %+v", w)
 	}
-	in := e.media.lastInput()
+	in := e.media.lastProducer()
 	dv.waitOpen(t)
 	g := grantOf(w)
 
@@ -311,7 +311,7 @@ func TestInputClosedOnceWhenSocketOrPeerEnds(t *testing.T) {
 	dv := newDCViewer(t)
 	v, _ := connectViewerWith(t, e.wsURL("s1"), map[string]any{"type": "hello"}, dv.setup)
 	dv.waitOpen(t)
-	in := e.media.lastInput()
+	in := e.media.lastProducer()
 	v.send(map[string]string{"type": "bye"})
 	v.waitClosed(5 * time.Second)
 	waitFor(t, 5*time.Second, "Input.Close after bye", func() bool { return in.closes.Load() == 1 })
@@ -320,7 +320,7 @@ func TestInputClosedOnceWhenSocketOrPeerEnds(t *testing.T) {
 	dv = newDCViewer(t)
 	v, w := connectViewerWith(t, e.wsURL("s1"), map[string]any{"type": "hello"}, dv.setup)
 	dv.waitOpen(t)
-	in2 := e.media.lastInput()
+	in2 := e.media.lastProducer()
 	if in2 == in || w.ProducerID != "prod-2" {
 		t.Fatalf("second viewer got grant %q", w.ProducerID)
 	}
@@ -384,7 +384,7 @@ func TestInputSurvivesGarbage(t *testing.T) {
 	dv := newDCViewer(t)
 	_, w := connectViewerWith(t, e.wsURL("s1"), map[string]any{"type": "hello", "codec": "vp8"}, dv.setup)
 	dv.waitOpen(t)
-	in := e.media.lastInput()
+	in := e.media.lastProducer()
 	g := grantOf(w)
 	known := map[string]bool{
 		errcode.BadVersion: true, errcode.BadEnvelope: true, errcode.TooLarge: true, errcode.WrongChannel: true,

@@ -60,11 +60,11 @@ func (c *conn) peerState(s webrtc.PeerConnectionState) {
 		}
 		c.log.Info("peer ended", "state", s.String())
 		c.noteFailed()
-		c.endInput("peer " + s.String())
+		c.endProducer("peer " + s.String())
 		c.closeWith(websocket.StatusNormalClosure, "peer "+s.String())
 	case webrtc.PeerConnectionStateClosed:
 		c.log.Info("peer ended", "state", s.String())
-		c.endInput("peer " + s.String())
+		c.endProducer("peer " + s.String())
 		c.closeWith(websocket.StatusNormalClosure, "peer "+s.String())
 	}
 }
@@ -158,7 +158,7 @@ func (c *conn) restartICE() {
 				c.h.o.Telemetry.ICERestart(false)
 			}
 			c.noteFailed()
-			c.endInput("peer failed")
+			c.endProducer("peer failed")
 			c.closeWith(websocket.StatusNormalClosure, "peer failed")
 		}
 	}

@@ -21,18 +21,18 @@ func (instantExec) Execute(context.Context, string, action.Action) (action.Resul
 
 func (instantExec) PageRevision() uint64 { return 1 }
 
-// dispatchInput is a producer on a real dispatcher, granted as a session
+// dispatchProducer is a producer on a real dispatcher, granted as a session
 // grants one (core/session Producer): the grant stamps the envelopes.
-type dispatchInput struct {
+type dispatchProducer struct {
 	d     *dispatch.Dispatcher
 	grant dispatch.Grant
 }
 
-func (in *dispatchInput) Producer() (string, uint64) { return in.grant.ID, in.grant.Generation }
-func (in *dispatchInput) PageRevision() uint64       { return 1 }
-func (in *dispatchInput) Close()                     { in.d.End(in.grant.ID) }
+func (in *dispatchProducer) Grant() (string, uint64) { return in.grant.ID, in.grant.Generation }
+func (in *dispatchProducer) PageRevision() uint64    { return 1 }
+func (in *dispatchProducer) Close()                  { in.d.End(in.grant.ID) }
 
-func (in *dispatchInput) Submit(e action.Envelope, reply func(action.Ack)) {
+func (in *dispatchProducer) Submit(e action.Envelope, reply func(action.Ack)) {
 	e.ProducerID, e.ProducerGeneration = in.grant.ID, in.grant.Generation
 	in.d.Submit(e, reply)
 }
@@ -46,8 +46,8 @@ func TestRateLimitedAckReachesViewer(t *testing.T) {
 	// One action of credit, then one every 4 s: the second action is refused.
 	d := dispatch.New(dispatch.Config{Burst: 1, RatePerSec: 0.25}, instantExec{})
 	t.Cleanup(d.Close)
-	e.media.openInput = func(r viewer.Request) (viewer.Input, error) {
-		return &dispatchInput{d: d, grant: d.Grant(dispatch.KindHuman, r.Owner)}, nil
+	e.media.openProducer = func(r viewer.Request) (viewer.Producer, error) {
+		return &dispatchProducer{d: d, grant: d.Grant(dispatch.KindHuman, r.Owner)}, nil
 	}
 	dv := newDCViewer(t)
 	v, w := connectViewerWith(t, e.wsURL("s1"), map[string]any{"type": "hello", "codec": "vp8"}, dv.setup)

@@ -39,10 +39,10 @@ type Request struct {
 	// and audits it).
 	Owner string
 	// Interactive asks for an input producer. A refusal does not fail
-	// the join: the viewer watches and Subscription.InputErr says why.
+	// the join: the viewer watches and Subscription.ProducerErr says why.
 	Interactive bool
 	// OnState takes the session's state events for this viewer from any
-	// goroutine until its Input is closed; it never blocks. The current
+	// goroutine until its Producer is closed; it never blocks. The current
 	// state may be delivered before Join returns.
 	OnState func(action.StateEvent)
 }
@@ -58,11 +58,11 @@ type Subscription interface {
 	// it watches): its bandwidth estimate steers the encoder, the rest
 	// feeds the panel's per-viewer table. Ignored after Leave.
 	ReportTransport(Transport)
-	// Input is the viewer's producer; nil when it only watches.
-	Input() Input
-	// InputErr says why an interactive join got no Input (wrapping
+	// Producer is the viewer's producer; nil when it only watches.
+	Producer() Producer
+	// ProducerErr says why an interactive join got no Producer (wrapping
 	// ErrCapacity or ErrNotInteractive when that is why); nil otherwise.
-	InputErr() error
+	ProducerErr() error
 	// Done is closed when the session ends; its viewers are then told and
 	// disconnected.
 	Done() <-chan struct{}
@@ -72,14 +72,15 @@ type Subscription interface {
 	Leave()
 }
 
-// Input is one interactive viewer's producer grant on a session. Signaling
+// Producer is one interactive viewer's producer on a session: the handle
+// through which it acts under its grant (core/dispatch.Grant). Signaling
 // feeds it the envelopes that arrive on the peer's control and pointer
 // channels after checking their identity.
-type Input interface {
-	// Producer is the current grant. It may change while the viewer is
+type Producer interface {
+	// Grant is the current grant's id and generation. It may change while the viewer is
 	// connected (renewal, revoke): envelopes are checked against the value
 	// at the time they arrive.
-	Producer() (id string, generation uint64)
+	Grant() (id string, generation uint64)
 	// PageRevision is the page's current revision.
 	PageRevision() uint64
 	// Submit hands one decoded, identity-checked envelope to the session's
