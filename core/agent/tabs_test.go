@@ -79,7 +79,7 @@ func TestTabsSwitch(t *testing.T) {
 	if snap := e.must(t, Request{Command: "snapshot", Interactive: true}); !strings.Contains(fmt.Sprint(snap.Data.(map[string]any)["text"]), "Close me") {
 		t.Errorf("snapshot is not of the new tab: %v", snap.Data.(map[string]any)["text"])
 	}
-	if sn := e.s.Snapshot(); sn.Tabs != 2 || !strings.HasSuffix(sn.URL, "/popup") || sn.PageRevision != res.PageRevision {
+	if sn := e.s.Status(); sn.Tabs != 2 || !strings.HasSuffix(sn.URL, "/popup") || sn.PageRevision != res.PageRevision {
 		t.Errorf("session snapshot after tabs new: tabs %d url %q revision %d (want %d)", sn.Tabs, sn.URL, sn.PageRevision, res.PageRevision)
 	}
 	// Refs and coordinates of the first page are stale now.
@@ -165,7 +165,7 @@ func TestTabsFollowPopups(t *testing.T) {
 	if title := e.must(t, Request{Command: "get", What: "title"}).Data.(map[string]any)["title"]; title != "Tabs" {
 		t.Errorf("title after the popup closed: %v", title)
 	}
-	if sn := e.s.Snapshot(); sn.Title != "Tabs" && !strings.HasSuffix(sn.URL, "/tabs") {
+	if sn := e.s.Status(); sn.Title != "Tabs" && !strings.HasSuffix(sn.URL, "/tabs") {
 		t.Errorf("session snapshot after the popup closed: %q %q", sn.URL, sn.Title)
 	}
 

@@ -157,7 +157,7 @@ func (a *api) invite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.audit(r, audit.Record{Action: "session.invite", Session: audit.HashSession(s.ID()), Outcome: audit.OK, Detail: "viewer " + req.User})
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Status()})
 }
 
 func (a *api) uninvite(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +170,7 @@ func (a *api) uninvite(w http.ResponseWriter, r *http.Request) {
 	// The uninvited viewer's socket and peer end before the answer.
 	a.o.Auth.Guard.Recheck()
 	a.audit(r, audit.Record{Action: "session.uninvite", Session: audit.HashSession(s.ID()), Outcome: audit.OK, Detail: "viewer " + user})
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Status()})
 }
 
 type controlRequest struct {
@@ -205,7 +205,7 @@ func (a *api) control(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.audit(r, audit.Record{Action: "session.control." + req.Action, Session: audit.HashSession(s.ID()), Outcome: audit.OK})
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Status()})
 }
 
 // humanDone marks an agent's request for a person done.

@@ -50,7 +50,7 @@ func (b mcpBackend) CreateSession(ctx context.Context, url string) (mcp.SessionI
 	if err != nil {
 		return mcp.SessionInfo{}, fromError(err)
 	}
-	snap := s.Snapshot()
+	snap := s.Status()
 	return mcp.SessionInfo{ID: snap.ID, State: string(snap.State), Title: snap.Title, URL: snap.URL}, nil
 }
 

@@ -64,7 +64,7 @@ func (a *api) metricsHandler() http.Handler {
 
 // testSources replace the session manager in tests.
 type testSources struct {
-	sessions func() []session.Snapshot
+	sessions func() []session.Status
 	totals   func() map[string][]session.PipelineStats
 	dispatch func() []dispatch.Stats
 	now      func() time.Time
@@ -74,7 +74,7 @@ type testSources struct {
 // sends nothing): the relay's samples are only known when they arrive.
 type collector struct {
 	o        Options
-	sessions func() []session.Snapshot
+	sessions func() []session.Status
 	totals   func() map[string][]session.PipelineStats
 	dispatch func() []dispatch.Stats
 	now      func() time.Time

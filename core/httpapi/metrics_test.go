@@ -106,10 +106,10 @@ func TestMetrics(t *testing.T) {
 		now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		enc = uint64(100)
 	)
-	snaps := func() []session.Snapshot {
+	snaps := func() []session.Status {
 		mu.Lock()
 		defer mu.Unlock()
-		return []session.Snapshot{{
+		return []session.Status{{
 			ID: "0123456789abcdef", State: session.StateReady, URL: "http://10.1.2.3/secret", Title: "Payroll",
 			CaptureMode: session.CaptureCDP, Viewers: 2, FramesCaptured: 500, CaptureDropped: 3, Owner: user,
 			Pipelines: []session.PipelineStats{{

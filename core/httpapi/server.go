@@ -206,7 +206,7 @@ func (a *api) listSessions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principal(r)
-	out := []session.Snapshot{}
+	out := []session.Status{}
 	for _, snap := range a.o.Sessions.List() {
 		if p.CanSee(snap.Owner, slices.Contains(snap.Invited, p.User)) {
 			out = append(out, snap)
@@ -247,7 +247,7 @@ func (a *api) getSession(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Status()})
 }
 
 type createRequest struct {
@@ -302,7 +302,7 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.audit(r, audit.Record{Action: "session.create", Session: audit.HashSession(s.ID()), Outcome: audit.OK})
-	writeJSON(w, http.StatusCreated, map[string]any{"ok": true, "session": s.Snapshot()})
+	writeJSON(w, http.StatusCreated, map[string]any{"ok": true, "session": s.Status()})
 }
 
 func (a *api) closeSession(w http.ResponseWriter, r *http.Request) {
@@ -346,7 +346,7 @@ func (a *api) navigate(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Snapshot()})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "session": s.Status()})
 }
 
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {

@@ -117,10 +117,11 @@ func (sub *Subscription) ProducerErr() error { return sub.producerErr }
 // Done is closed when the session starts closing.
 func (sub *Subscription) Done() <-chan struct{} { return sub.s.Done() }
 
-// Snapshot is the session's state for the viewer's panel, with its
-// revision (core/signaling pushes it whenever the revision moves).
-func (sub *Subscription) Snapshot() (uint64, any) {
-	snap := sub.s.Snapshot()
+// Status is the session's state for the viewer's panel, with its
+// revision (core/signaling pushes it whenever the revision moves;
+// signaling.StatusSource).
+func (sub *Subscription) Status() (uint64, any) {
+	snap := sub.s.Status()
 	return snap.Revision, snap
 }
 

@@ -123,7 +123,7 @@ func (m *Manager) tendOnce(relaunch bool) bool {
 	}
 	if id != "" {
 		if s, err := m.Get(id); err == nil {
-			switch s.Snapshot().State {
+			switch s.Status().State {
 			case StateFailed:
 			case StateClosed:
 				m.mu.Lock()

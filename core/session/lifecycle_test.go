@@ -75,11 +75,11 @@ func create(t *testing.T, m *Manager) *Session {
 }
 
 // waitState polls the snapshot until it is in state st, for at most d.
-func waitState(t *testing.T, s *Session, st State, d time.Duration) Snapshot {
+func waitState(t *testing.T, s *Session, st State, d time.Duration) Status {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		snap := s.Snapshot()
+		snap := s.Status()
 		if snap.State == st {
 			return snap
 		}
@@ -99,7 +99,7 @@ func TestCapacityAndTerminalSnapshots(t *testing.T) {
 		t.Fatalf("third Create: %v, want ErrCapacity", err)
 	}
 	for _, s := range []*Session{a, b} {
-		if st := s.Snapshot().State; st != StateReady {
+		if st := s.Status().State; st != StateReady {
 			t.Fatalf("existing session %s is %s after a refused Create", s.ID(), st)
 		}
 	}
@@ -111,7 +111,7 @@ func TestCapacityAndTerminalSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get after close: %v", err)
 	}
-	if snap := got.Snapshot(); snap.State != StateClosed || snap.TerminalReason != ReasonClosedByUser {
+	if snap := got.Status(); snap.State != StateClosed || snap.TerminalReason != ReasonClosedByUser {
 		t.Fatalf("closed snapshot: %s/%q", snap.State, snap.TerminalReason)
 	}
 	if _, err := a.OpenProducer(dispatch.KindHuman, "t", nil); !errors.Is(err, ErrNotReady) {
@@ -141,7 +141,7 @@ func TestCapacityAndTerminalSnapshots(t *testing.T) {
 		t.Fatalf("List has %d sessions, want the 2 live ones", n)
 	}
 	for _, s := range []*Session{b, c} {
-		if st := s.Snapshot().State; st != StateReady {
+		if st := s.Status().State; st != StateReady {
 			t.Fatalf("live session %s is %s after the janitor ran", s.ID(), st)
 		}
 	}
@@ -161,7 +161,7 @@ func TestIdleReclaim(t *testing.T) {
 	}
 	// The driven one outlives several idle periods while it has a producer.
 	time.Sleep(time.Second)
-	if st := driven.Snapshot().State; st != StateReady {
+	if st := driven.Status().State; st != StateReady {
 		t.Fatalf("session with a producer is %s", st)
 	}
 	p.Close()
@@ -236,7 +236,7 @@ func TestBrowserCrashWithoutRelaunchFails(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// The failed snapshots stay readable.
-	if got, err := m.Get(a.ID()); err != nil || got.Snapshot().State != StateFailed {
+	if got, err := m.Get(a.ID()); err != nil || got.Status().State != StateFailed {
 		t.Fatalf("failed session not readable: %v", err)
 	}
 }

@@ -374,7 +374,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions) (*Session, error)
 	}
 	n := 0
 	for _, x := range m.sessions {
-		if st := x.Snapshot().State; st == StateStarting || st == StateReady || st == StateRecovering {
+		if st := x.Status().State; st == StateStarting || st == StateReady || st == StateRecovering {
 			n++
 		}
 	}
@@ -563,10 +563,10 @@ func (m *Manager) Get(id string) (*Session, error) {
 }
 
 // List returns every session's snapshot, oldest first.
-func (m *Manager) List() []Snapshot {
-	out := []Snapshot{}
+func (m *Manager) List() []Status {
+	out := []Status{}
 	for _, s := range m.live() {
-		out = append(out, s.Snapshot())
+		out = append(out, s.Status())
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out

@@ -128,7 +128,7 @@ func TestSwitchPage(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if snap := s.Snapshot(); snap.Tabs != 2 || !strings.HasSuffix(snap.URL, "/b") || snap.PageRevision != revB {
+	if snap := s.Status(); snap.Tabs != 2 || !strings.HasSuffix(snap.URL, "/b") || snap.PageRevision != revB {
 		t.Errorf("snapshot: tabs %d url %q revision %d", snap.Tabs, snap.URL, snap.PageRevision)
 	}
 	// A coordinate action aimed at page A is stale now; keys go to page B.

@@ -25,11 +25,11 @@ import (
 
 // StateRecovering: the session's page or browser crashed (or hung) and the
 // session is bringing it back. It is ready again within seconds, or ends
-// failed. Snapshot.Recovering says why.
+// failed. Status.Recovering says why.
 const StateRecovering State = "recovering"
 
-// Why a session recovers (Snapshot.Recovering, Recovery.Reason) or why its
-// page shows nothing (Snapshot.PageError); ReasonBrowserCrashed names a
+// Why a session recovers (Status.Recovering, Recovery.Reason) or why its
+// page shows nothing (Status.PageError); ReasonBrowserCrashed names a
 // browser crash.
 const (
 	ReasonRendererCrashed = "renderer_crashed"
@@ -382,7 +382,7 @@ func (s *Session) readyAgainLocked() []chan struct{} {
 	return s.restartCapturesLocked()
 }
 
-// markReadyLocked records the recovery that ends (Snapshot.LastRecovery)
+// markReadyLocked records the recovery that ends (Status.LastRecovery)
 // and makes the session ready; s.mu held.
 func (s *Session) markReadyLocked() {
 	s.rec.last = &Recovery{Reason: s.rec.reason, At: s.rec.since.UTC(), TookMs: time.Since(s.rec.since).Milliseconds()}

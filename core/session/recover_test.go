@@ -43,11 +43,11 @@ func titleOf(s *Session) string {
 
 // waitBack polls until s is ready again after a recovery for reason, with
 // its page titled title; it returns when that was.
-func waitBack(t *testing.T, s *Session, reason, title string, d time.Duration) (Snapshot, time.Time) {
+func waitBack(t *testing.T, s *Session, reason, title string, d time.Duration) (Status, time.Time) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		snap := s.Snapshot()
+		snap := s.Status()
 		if snap.State == StateReady && snap.LastRecovery != nil && snap.LastRecovery.Reason == reason && titleOf(s) == title {
 			return snap, time.Now()
 		}
@@ -86,7 +86,7 @@ func TestBrowserCrashRecoversSessions(t *testing.T) {
 	killed := time.Now()
 	sawRecovering, sawDown := false, false
 	for time.Since(killed) < time.Second && !(sawRecovering && sawDown) {
-		sawRecovering = sawRecovering || a.Snapshot().State == StateRecovering
+		sawRecovering = sawRecovering || a.Status().State == StateRecovering
 		sawDown = sawDown || !m.BrowserUp()
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -154,7 +154,7 @@ func TestRendererCrashReloads(t *testing.T) {
 	if s.Page() != pg {
 		t.Error("the crashed tab was replaced, not reloaded")
 	}
-	if o := other.Snapshot(); o.State != StateReady || o.LastRecovery != nil || titleOf(other) != "other" {
+	if o := other.Status(); o.State != StateReady || o.LastRecovery != nil || titleOf(other) != "other" {
 		t.Errorf("the other session after the crash: %s %+v %q", o.State, o.LastRecovery, titleOf(other))
 	}
 
@@ -163,9 +163,9 @@ func TestRendererCrashReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * time.Second)
-	for s.Snapshot().PageError != ReasonRendererCrashed {
+	for s.Status().PageError != ReasonRendererCrashed {
 		if time.Now().After(deadline) {
-			t.Fatalf("second crash: snapshot %+v", s.Snapshot())
+			t.Fatalf("second crash: snapshot %+v", s.Status())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -173,7 +173,7 @@ func TestRendererCrashReloads(t *testing.T) {
 	if titleOf(s) != "" {
 		t.Error("the tab that crashed twice was reloaded again")
 	}
-	if st := s.Snapshot().State; st != StateReady {
+	if st := s.Status().State; st != StateReady {
 		t.Errorf("state %s after the second crash, want ready", st)
 	}
 	// A person's reload brings it back and clears the error.
@@ -186,9 +186,9 @@ func TestRendererCrashReloads(t *testing.T) {
 		t.Fatalf("reload: %+v", ack)
 	}
 	deadline = time.Now().Add(5 * time.Second)
-	for titleOf(s) != "page" || s.Snapshot().PageError != "" {
+	for titleOf(s) != "page" || s.Status().PageError != "" {
 		if time.Now().After(deadline) {
-			t.Fatalf("after a reload: title %q, snapshot %+v", titleOf(s), s.Snapshot())
+			t.Fatalf("after a reload: title %q, snapshot %+v", titleOf(s), s.Status())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -225,7 +225,7 @@ func TestDialogIsNotAHang(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(hangAfter + quietBeforeProbe + 2*time.Second)
-	if snap := s.Snapshot(); snap.LastRecovery != nil || snap.State != StateReady {
+	if snap := s.Status(); snap.LastRecovery != nil || snap.State != StateReady {
 		t.Fatalf("a page in a dialog was recovered: %s %+v", snap.State, snap.LastRecovery)
 	}
 }
@@ -264,7 +264,7 @@ func TestDefaultSessionComesBack(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		s, err := m.Get(def.ID())
-		if err == nil && s != def && s.Snapshot().State == StateReady && titleOf(s) == "default" {
+		if err == nil && s != def && s.Status().State == StateReady && titleOf(s) == "default" {
 			t.Logf("default session back (same id) %v after the kill", time.Since(killed).Round(time.Millisecond))
 			break
 		}
@@ -276,7 +276,7 @@ func TestDefaultSessionComesBack(t *testing.T) {
 	if !m.BrowserUp() {
 		t.Error("BrowserUp false after the tender's relaunch")
 	}
-	if s, _ := m.Get(other.ID()); s != other || s.Snapshot().State != StateFailed {
+	if s, _ := m.Get(other.ID()); s != other || s.Status().State != StateFailed {
 		t.Error("a session that was not kept came back")
 	}
 	// Closed on purpose, it stays closed.
@@ -284,7 +284,7 @@ func TestDefaultSessionComesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2500 * time.Millisecond)
-	if s, err := m.Get(def.ID()); err != nil || s.Snapshot().State != StateClosed {
+	if s, err := m.Get(def.ID()); err != nil || s.Status().State != StateClosed {
 		t.Errorf("the closed default session: %v %v", s, err)
 	}
 }
@@ -310,7 +310,7 @@ func TestPerSessionIsolation(t *testing.T) {
 	if na := a.chromium(); na == Browser(ba) || na == Browser(bb) {
 		t.Error("the session was not moved to a browser of its own")
 	}
-	if snap := b.Snapshot(); snap.State != StateReady || snap.LastRecovery != nil || titleOf(b) != "b" {
+	if snap := b.Status(); snap.State != StateReady || snap.LastRecovery != nil || titleOf(b) != "b" {
 		t.Errorf("the other session: %s %+v", snap.State, snap.LastRecovery)
 	}
 	if !m.BrowserUp() {

@@ -37,9 +37,9 @@ func (s *Session) tabCrashed(ctx context.Context, id string) {
 // pageCrashed reloads tab t, whose renderer crashed (or hung: the watchdog
 // crashed it), as src reported. The crash is logged, and for the current
 // tab shown (StateRecovering until the reload committed, then
-// Snapshot.LastRecovery). A tab is reloaded once: crashing again within
+// Status.LastRecovery). A tab is reloaded once: crashing again within
 // autoReloadWindow of its automatic reload, it is left for a person or
-// agent (Snapshot.PageError).
+// agent (Status.PageError).
 func (s *Session) pageCrashed(ctx context.Context, t *tab, reason string, src crashSource) {
 	s.rec.mu.Lock()
 	defer s.rec.mu.Unlock()

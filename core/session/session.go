@@ -102,7 +102,7 @@ type Session struct {
 	releaseProfile func()                 // frees the profile for the next session
 	owner          string                 // fixed at Create
 	ho             handoff                // control policy, holder, requests for a person
-	snapKey        string                 // what Snapshot last showed, for Revision
+	snapKey        string                 // what Status last showed, for Revision
 	snapRev        uint64
 	invited        []string        // users invited to watch, sorted
 	rec            sessionRecovery // crash containment (recover.go)
@@ -505,8 +505,10 @@ func (s *Session) RequestKeyframe(codec string) {
 	}
 }
 
-// Snapshot is a session's state as the API and panels see it.
-type Snapshot struct {
+// Status is a session's state as the API and panels see it. (It is not
+// core/snapshot.Snapshot, the page's accessibility tree; the panel's
+// signaling message that carries it is still typed "snapshot".)
+type Status struct {
 	ID             string    `json:"id"`
 	State          State     `json:"state"`
 	TerminalReason string    `json:"terminalReason,omitempty"`
@@ -553,11 +555,11 @@ type Snapshot struct {
 	PageError    string    `json:"pageError,omitempty"`
 }
 
-// Snapshot returns the session's current state.
-func (s *Session) Snapshot() Snapshot {
+// Status returns the session's current state.
+func (s *Session) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap := Snapshot{
+	snap := Status{
 		ID: s.id, State: s.state, TerminalReason: s.reason, URL: s.url, Title: s.title,
 		Width: s.width, Height: s.height, CreatedAt: s.created, CaptureMode: s.capMode,
 		CaptureFallback: s.capFallback, Codecs: s.codecsLocked(), Viewers: s.viewers, Producers: s.hub.count(), FramesCaptured: s.framesIn.Load(),

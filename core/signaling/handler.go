@@ -35,15 +35,16 @@ type Sessions interface {
 	Join(sessionID string, r viewer.Request) (viewer.Subscription, error)
 }
 
-// Snapshotter is implemented by subscriptions that can describe their session:
-// the viewer then gets a "snapshot" message after the welcome and whenever
-// the revision moves (state, page, audience), so a panel never polls.
-type Snapshotter interface {
-	Snapshot() (revision uint64, snapshot any)
+// StatusSource is implemented by subscriptions that can describe their
+// session (core/session.Status): the viewer then gets a "snapshot" message
+// after the welcome and whenever the revision moves (state, page,
+// audience), so a panel never polls.
+type StatusSource interface {
+	Status() (revision uint64, status any)
 }
 
-// snapshotEvery is how often a connection looks for a new revision.
-const snapshotEvery = 500 * time.Millisecond
+// statusEvery is how often a connection looks for a new revision.
+const statusEvery = 500 * time.Millisecond
 
 // WebSocket close codes used besides the standard ones.
 const (
@@ -551,8 +552,8 @@ func (c *conn) hello(m Message) error {
 		welcome.PageRevision = in.PageRevision()
 	}
 	c.send(welcome)
-	if sn, ok := sub.(Snapshotter); ok {
-		go c.pushSnapshots(sn)
+	if src, ok := sub.(StatusSource); ok {
+		go c.pushStatus(src)
 	}
 	go c.reportTransport(sub, p)
 

@@ -27,7 +27,7 @@ const (
 	TypeState    = "state"
 	TypePong     = "pong"
 	TypeError    = "error"
-	TypeSnapshot = "snapshot"
+	TypeSnapshot = "snapshot" // carries the session status (statusMsg); the name is the wire's
 )
 
 // Codec names on the wire.
@@ -228,8 +228,9 @@ func errorCode(err error) string {
 
 // Server messages.
 
-// snapshotMsg carries the session snapshot (docs/protocol.md).
-type snapshotMsg struct {
+// statusMsg carries the session's status (core/session.Status) under the
+// wire type "snapshot", kept for compatibility (docs/protocol.md).
+type statusMsg struct {
 	Type     string `json:"type"`
 	Revision uint64 `json:"revision"`
 	Session  any    `json:"session"`

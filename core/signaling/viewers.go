@@ -14,16 +14,19 @@ import (
 // viewerEvery is how often a viewer's transport is reported.
 const viewerEvery = time.Second
 
-// pushSnapshots sends the session snapshot whenever its revision moves,
+// pushStatus sends the session's status whenever its revision moves,
 // until the connection ends.
-func (c *conn) pushSnapshots(sn Snapshotter) {
+func (c *conn) pushStatus(src StatusSource) {
 	var last uint64
-	t := time.NewTicker(snapshotEvery)
+	t := time.NewTicker(statusEvery)
 	defer t.Stop()
 	for {
-		if rev, snap := sn.Snapshot(); rev != last {
+		if rev, st := src.Status(); rev != last {
 			last = rev
-			c.send(snapshotMsg{Type: TypeSnapshot, Revision: rev, Session: snap})
+			// The message keeps its wire type "snapshot" (the panel and
+			// API clients know it by that name), though what it carries is
+			// the session's status, not a core/snapshot accessibility tree.
+			c.send(statusMsg{Type: TypeSnapshot, Revision: rev, Session: st})
 		}
 		select {
 		case <-c.ctx.Done():
