@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/tabcast/tabcast/appliance/config"
+	"github.com/tabcast/tabcast/core/session"
 )
 
 const browserUsage = `usage: tabcast browser COMMAND [ARGS] [--session ID] [--json] [--url URL] [--token-file F] [config flags]
@@ -545,12 +546,17 @@ func newAPIClient(cfg *config.Config, base, tokenFile string) (*apiClient, error
 }
 
 func (c *apiClient) firstSession() (string, error) {
-	var out struct{ Sessions []struct{ ID, State string } }
+	var out struct {
+		Sessions []struct {
+			ID    string
+			State session.State
+		}
+	}
 	if code := c.call("GET", "/api/v1/sessions", nil, &out, io.Discard); code != exitOK {
 		return "", errors.New("cannot list sessions")
 	}
 	for _, s := range out.Sessions {
-		if s.State == "ready" {
+		if s.State == session.StateReady {
 			return s.ID, nil
 		}
 	}

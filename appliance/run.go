@@ -452,7 +452,7 @@ func (a *appliance) ready() error {
 		}
 	}
 	for _, h := range hs {
-		if st := h.Status(); st.State != "running" {
+		if st := h.Status(); st.State != supervisor.StateRunning {
 			return fmt.Errorf("plugin %s is %s", st.Name, st.State)
 		}
 	}

@@ -13,13 +13,14 @@ import (
 	"github.com/tabcast/tabcast/core/access"
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/session"
+	"github.com/tabcast/tabcast/core/supervisor"
 	"github.com/tabcast/tabcast/core/telemetry"
 )
 
 // PluginMetric is one plugin's state for /metrics.
 type PluginMetric struct {
 	Name       string
-	State      string
+	State      supervisor.State
 	Generation uint64
 	Restarts   int
 }
@@ -145,7 +146,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.o.Plugins != nil {
 		for _, p := range c.o.Plugins() {
 			up := 0.0
-			if p.State == "running" {
+			if p.State == supervisor.StateRunning {
 				up = 1
 			}
 			gauge(pluginUpDesc, up, p.Name)

@@ -25,6 +25,7 @@ import (
 	"github.com/tabcast/tabcast/core/dispatch"
 	"github.com/tabcast/tabcast/core/metrics"
 	"github.com/tabcast/tabcast/core/session"
+	"github.com/tabcast/tabcast/core/supervisor"
 	"github.com/tabcast/tabcast/core/telemetry"
 )
 
@@ -133,7 +134,7 @@ func TestMetrics(t *testing.T) {
 		Auth:      AuthOptions{Tokens: tokens, Logins: access.NewLogins(time.Hour, time.Hour)},
 		Telemetry: tm,
 		Plugins: func() []PluginMetric {
-			return []PluginMetric{{Name: "encoder-ffmpeg", State: "running", Restarts: 2}, {Name: "capture-cdp", State: "restarting", Restarts: 1}}
+			return []PluginMetric{{Name: "encoder-ffmpeg", State: supervisor.StateRunning, Restarts: 2}, {Name: "capture-cdp", State: supervisor.StateRestarting, Restarts: 1}}
 		},
 		Processes: func() []telemetry.Process {
 			return []telemetry.Process{{Name: "encoder-ffmpeg", PID: procs[0].Process.Pid}}

@@ -14,13 +14,17 @@ import (
 	"github.com/tabcast/tabcast/plugins/base"
 )
 
+// State is where a handle is in its lifecycle. Its values are also what
+// status pages and the CLI print, so they do not change.
+type State string
+
 // States of a handle.
 const (
-	StateStarting   = "starting"
-	StateRunning    = "running"
-	StateRestarting = "restarting"
-	StateDegraded   = "degraded"
-	StateStopped    = "stopped"
+	StateStarting   State = "starting"
+	StateRunning    State = "running"
+	StateRestarting State = "restarting"
+	StateDegraded   State = "degraded"
+	StateStopped    State = "stopped"
 )
 
 // maxErrLen bounds LastError: plugin-provided text is shown in status pages.
@@ -29,7 +33,7 @@ const maxErrLen = 512
 // Status is a snapshot of a supervised plugin.
 type Status struct {
 	Name, Kind string
-	State      string // "starting", "running", "restarting", "degraded", "stopped"
+	State      State
 	// Generation counts successful (re)starts; 0 until the first.
 	Generation uint64
 	// Restarts counts start attempts after the first one.
@@ -56,7 +60,7 @@ type Handle struct {
 	failCh chan uint64
 
 	mu          sync.Mutex
-	state       string
+	state       State
 	gen         uint64
 	client      any
 	restarts    int

@@ -269,7 +269,7 @@ func waitGen(t *testing.T, h *Handle, gen uint64, within time.Duration) (*captur
 	}
 }
 
-func waitState(t *testing.T, h *Handle, state string, within time.Duration) Status {
+func waitState(t *testing.T, h *Handle, state State, within time.Duration) Status {
 	t.Helper()
 	deadline := time.NewTimer(within)
 	defer deadline.Stop()
