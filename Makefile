@@ -59,8 +59,10 @@ vet:
 test: deps build vet ## set up and run every test (unit, plugin processes, end to end)
 	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) ./...
 
-test-unit: build ## the fast loop: every package but the end-to-end suites (test/e2e, test/image's VM)
-	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v '/test/e2e$$')
+# test-unit is `go test -short`: internal/testenv skips each test that
+# launches Chromium or makes network namespaces; `make test` runs them all.
+test-unit: build ## the fast loop (-short): skips test/e2e and every test needing Chromium or network namespaces
+	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) test -short $(TESTFLAGS) $$($(GO) list ./... | grep -v '/test/e2e$$')
 
 bench: deps build ## measure the media path (figures, never pass/fail)
 	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/tabcast/tabcast/internal/testenv"
 	"go.uber.org/goleak"
 )
 
@@ -34,6 +35,7 @@ func centre(t *testing.T, b []byte) (r, g, bl uint32, w, h int) {
 }
 
 func TestScreencastOverWebSocket(t *testing.T) {
+	testenv.NeedsChromium(t) // Start launches one
 	defer goleak.VerifyNone(t)
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, squarePage) }))
 	defer page.Close()

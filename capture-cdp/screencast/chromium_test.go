@@ -24,6 +24,7 @@ import (
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
+	"github.com/tabcast/tabcast/internal/testenv"
 )
 
 const chromiumPath = "/usr/lib/chromium/chromium"
@@ -136,6 +137,7 @@ type testPage struct {
 
 func (c *testChromium) newPage(t *testing.T, html string, w, h int) *testPage {
 	t.Helper()
+	testenv.NeedsChromium(t) // under -short TestMain started none: c is nil
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	no, yes := false, true

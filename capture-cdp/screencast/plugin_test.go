@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/tabcast/tabcast/plugins/plugintest"
 	"image/jpeg"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tabcast/tabcast/plugins/plugintest"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"

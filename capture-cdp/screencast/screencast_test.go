@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"image/jpeg"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/chromedp/cdproto/target"
 	"go.uber.org/goleak"
 
+	"github.com/tabcast/tabcast/internal/testenv"
 	"github.com/tabcast/tabcast/plugins/base"
 	"github.com/tabcast/tabcast/plugins/capture"
 )
@@ -27,6 +29,12 @@ import (
 var chromium *testChromium
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testenv.ShortSkipsChromium() {
+		// -short (make test-unit): start no Chromium; the tests that need it
+		// skip in newPage (or up front).
+		os.Exit(m.Run())
+	}
 	var err error
 	chromium, err = startChromium()
 	if err != nil {
@@ -444,6 +452,7 @@ func TestConfigAppliesToFrames(t *testing.T) {
 }
 
 func TestBadTargets(t *testing.T) {
+	testenv.NeedsChromium(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	c := New(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tabcast/tabcast/capture-cdp/screencast"
+	"github.com/tabcast/tabcast/internal/testenv"
 	"github.com/tabcast/tabcast/plugins/capture"
 )
 
@@ -17,9 +18,7 @@ import (
 // the CDP screencast (JPEG; the core still has to encode those). It only
 // fails when a capture delivers nothing; the figures are logged.
 func TestCPUVersusScreencast(t *testing.T) {
-	if testing.Short() {
-		t.Skip("measurement")
-	}
+	testenv.NeedsChromium(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	srv := fixtures(t)
 	defer srv.Close()

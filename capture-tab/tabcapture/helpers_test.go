@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/internal/testenv"
 	"github.com/tabcast/tabcast/plugins/capture"
 )
 
@@ -50,6 +51,7 @@ func fixtures(t *testing.T) *httptest.Server {
 
 func launch(t *testing.T, flags []string) *browser.Browser {
 	t.Helper()
+	testenv.NeedsChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := browser.Launch(ctx, browser.Options{Headless: true, ExtraFlags: flags})

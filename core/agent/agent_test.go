@@ -21,6 +21,7 @@ import (
 	"github.com/tabcast/tabcast/core/errcode"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/session"
+	"github.com/tabcast/tabcast/internal/testenv"
 	"github.com/tabcast/tabcast/plugins/capture"
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
@@ -113,9 +114,7 @@ func setup(t *testing.T, path string) *env {
 // setupWith opens a session on the fixture path o.URL.
 func setupWith(t *testing.T, o session.CreateOptions) *env {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs Chromium")
-	}
+	testenv.NeedsChromium(t)
 	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := browser.Launch(lctx, browser.Options{Headless: true})

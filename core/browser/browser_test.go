@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tabcast/tabcast/internal/testenv"
 	"go.uber.org/goleak"
 )
 
@@ -49,6 +50,7 @@ func helperMain() {
 
 func launch(t *testing.T) *Browser {
 	t.Helper()
+	testenv.NeedsChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := Launch(ctx, Options{Headless: true})
@@ -299,6 +301,7 @@ func TestCrashDetection(t *testing.T) {
 // The launching goroutine's thread may exit (a locked goroutine ending):
 // Pdeathsig must not fire then.
 func TestSurvivesLaunchingThreadExit(t *testing.T) {
+	testenv.NeedsChromium(t)
 	defer goleak.VerifyNone(t)
 	type res struct {
 		b   *Browser
@@ -337,6 +340,7 @@ func TestSurvivesLaunchingThreadExit(t *testing.T) {
 
 // Chromium must not outlive its owner, even one that is SIGKILLed.
 func TestDiesWithOwner(t *testing.T) {
+	testenv.NeedsChromium(t) // its helper process launches one
 	defer goleak.VerifyNone(t)
 	exe, err := os.Executable()
 	if err != nil {
@@ -482,6 +486,7 @@ func TestExtraFlags(t *testing.T) {
 }
 
 func TestProbe(t *testing.T) {
+	testenv.NeedsChromium(t) // runs chromium --version
 	defer goleak.VerifyNone(t)
 	v, err := Probe(context.Background(), "")
 	if err != nil {

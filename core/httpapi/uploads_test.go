@@ -19,6 +19,7 @@ import (
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/session"
+	"github.com/tabcast/tabcast/internal/testenv"
 	"github.com/tabcast/tabcast/plugins/capture"
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
@@ -36,9 +37,7 @@ func (noPlugin[T]) Report(uint64, error)                      {}
 // the agent's upload command sets it on the page's file input; names with a
 // path are refused, and only operators of the session may put files.
 func TestUploads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Chromium")
-	}
+	testenv.NeedsChromium(t)
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, `<!doctype html><title>Form</title><body><input id=f type=file><p id=out></p>
 <script>document.getElementById('f').addEventListener('change', (e) => {

@@ -531,7 +531,7 @@ func TestTextInsert(t *testing.T) {
 func TestCloseNoLeak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := shared.NewPage(ctx, browser.PageOptions{})
+	p, err := sharedBrowser(t).NewPage(ctx, browser.PageOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

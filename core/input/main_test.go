@@ -3,6 +3,7 @@ package input
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/errcode"
+	"github.com/tabcast/tabcast/internal/testenv"
 )
 
 // One Chromium for the package; each test opens its own pages.
@@ -31,7 +33,20 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	code := func() int {
+		other = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			fmt.Fprint(w, "<title>other</title>secret")
+		}))
+		defer other.Close()
+		fixture = httptest.NewServer(http.HandlerFunc(serveFixture))
+		defer fixture.Close()
+		if testenv.ShortSkipsChromium() {
+			// -short (make test-unit): launch no Chromium; the tests that
+			// need it skip through sharedBrowser.
+			return m.Run()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		b, err := browser.Launch(ctx, browser.Options{Headless: true})
@@ -40,14 +55,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		shared = b
-		other = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			hits.Add(1)
-			fmt.Fprint(w, "<title>other</title>secret")
-		}))
-		fixture = httptest.NewServer(http.HandlerFunc(serveFixture))
 		code := m.Run()
-		fixture.Close()
-		other.Close()
 		if err := b.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "close chromium:", err)
 			code = 1
@@ -171,11 +179,19 @@ type harness struct {
 	buttons int
 }
 
+// sharedBrowser is the package's Chromium; under -short TestMain launched
+// none, so the test skips.
+func sharedBrowser(t *testing.T) *browser.Browser {
+	t.Helper()
+	testenv.NeedsChromium(t)
+	return shared
+}
+
 func newHarness(t *testing.T, pol Policy) *harness {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	p, err := shared.NewPage(ctx, browser.PageOptions{})
+	p, err := sharedBrowser(t).NewPage(ctx, browser.PageOptions{})
 	if err != nil {
 		t.Fatalf("NewPage: %v", err)
 	}

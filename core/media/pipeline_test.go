@@ -243,10 +243,7 @@ func TestRateStepApplied(t *testing.T) {
 // rescaleAfter reopens the encoder at half the size, without counting a
 // restart.
 func TestResolutionStepReopens(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits rescaleAfter")
-	}
-	t.Parallel()
+	t.Parallel() // waits rescaleAfter (5 s) beside the other tests: make test-unit runs it too
 	enc := newRecorder()
 	src := newSource(video, enc)
 	p := start(t, "h264", src)

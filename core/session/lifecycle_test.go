@@ -13,6 +13,7 @@ import (
 	"github.com/tabcast/tabcast/core/action"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/dispatch"
+	"github.com/tabcast/tabcast/internal/testenv"
 	"github.com/tabcast/tabcast/plugins/capture"
 	"github.com/tabcast/tabcast/plugins/encoder"
 	"go.uber.org/goleak"
@@ -41,6 +42,7 @@ func launch(ctx context.Context) (*browser.Browser, error) {
 // both down and checks that no goroutine is left.
 func newManager(t *testing.T, cfg Config) (*Manager, *browser.Browser) {
 	t.Helper()
+	testenv.NeedsChromium(t)
 	b, err := launch(context.Background())
 	if err != nil {
 		t.Fatalf("launch chromium: %v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp/remote"
 
 	"github.com/tabcast/tabcast/appliance/web"
+	"github.com/tabcast/tabcast/internal/testenv"
 )
 
 const chromiumPath = "/usr/lib/chromium/chromium"
@@ -26,6 +27,7 @@ const chromiumPath = "/usr/lib/chromium/chromium"
 // real host addresses (no mDNS names) so it pairs with Pion on 127.0.0.1.
 func startChromium(t *testing.T) context.Context {
 	t.Helper()
+	testenv.NeedsChromium(t)
 	// Not t.TempDir: Chromium's helpers may write to the profile while they
 	// exit, so removal waits for the process group and retries.
 	dir, err := os.MkdirTemp("", "tabcast-chromium-")

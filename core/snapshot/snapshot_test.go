@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"net/http"
@@ -22,11 +23,18 @@ import (
 
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/errcode"
+	"github.com/tabcast/tabcast/internal/testenv"
 )
 
 var testBrowser *browser.Browser
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testenv.ShortSkipsChromium() {
+		// -short (make test-unit): launch no Chromium; the tests that need
+		// testBrowser skip in testCtx.
+		os.Exit(m.Run())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	b, err := browser.Launch(ctx, browser.Options{Headless: true})
 	cancel()
@@ -48,8 +56,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// testCtx is every Chromium test's first call: under -short it skips the
+// test, since TestMain launched no testBrowser.
 func testCtx(t *testing.T) context.Context {
 	t.Helper()
+	testenv.NeedsChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	return ctx

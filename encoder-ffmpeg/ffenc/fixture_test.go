@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
+	"github.com/tabcast/tabcast/internal/testenv"
 )
 
 // frame is one screencast picture as Chromium sent it.
@@ -68,6 +69,7 @@ requestAnimationFrame(tick);
 // fixtures returns the 100 screencast JPEGs, capturing them on first use.
 func fixtures(t testing.TB) []frame {
 	t.Helper()
+	testenv.NeedsChromium(t) // the frames are a real Chromium's screencast
 	fx.once.Do(func() { fx.err = captureFixtures() })
 	if fx.err != nil {
 		t.Fatalf("screencast fixtures: %v", fx.err)

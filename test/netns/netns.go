@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tabcast/tabcast/internal/testenv"
 )
 
 // Prefix starts every namespace and interface name this package creates.
@@ -63,6 +65,7 @@ const lockFile = "/run/tabcast-test-netns.lock"
 // is missing or fails.
 func Create(t testing.TB, name string) *NS {
 	t.Helper()
+	testenv.NeedsNetNS(t) // every namespace test comes through here
 	if os.Geteuid() != 0 {
 		t.Skipf("netns: %s needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) to create network namespaces", t.Name())
 	}
