@@ -326,18 +326,18 @@ func (s *stream) start(ctx context.Context, conn *cdpConn, off string) error {
 		defer cancel()
 		_ = conn.call(dctx, "", "Target.detachFromTarget", map[string]any{"sessionId": page}, nil)
 	}()
-	// The page may still be loading: its own <title> can be parsed (or
-	// set by script) while ours is on. So the restore touches the title
-	// only while it is still our marker, and when the page had no title
-	// element, it removes the one the marker created rather than write ""
-	// into it (that element, being first, would hide the page's own title
-	// for good: the panel showed "" after a navigation).
-	mk, _ := json.Marshal(s.c.marker)
-	var mark struct {
-		Old string `json:"old"`
-		Had bool   `json:"had"`
+	// The page may still be loading (no title yet): then the marker's
+	// title element is the first one, and writing "" back into it would
+	// hide the page's own title for good (the panel showed "" after a
+	// navigation), so the restore removes it instead. (Reading, marking
+	// and restoring stay three calls: one call that read and marked at
+	// once left a crashed tab's reload without a picked capture.)
+	var old string
+	if err := conn.evaluate(ctx, page, "document.title", &old); err != nil {
+		return fmt.Errorf("read title: %w", err)
 	}
-	if err := conn.evaluate(ctx, page, `(() => { const r = {old: document.title, had: document.querySelector("title") !== null}; document.title = `+string(mk)+`; return r; })()`, &mark); err != nil {
+	mk, _ := json.Marshal(s.c.marker)
+	if err := conn.evaluate(ctx, page, "document.title = "+string(mk)+", undefined", nil); err != nil {
 		return fmt.Errorf("mark title: %w", err)
 	}
 	cfg, _ := json.Marshal(map[string]any{
@@ -358,12 +358,10 @@ func (s *stream) start(ctx context.Context, conn *cdpConn, off string) error {
 	err = conn.call(ctx, off, "Runtime.evaluate", map[string]any{
 		"expression": "tabcastStart(" + string(cfg) + ")", "awaitPromise": true, "returnByValue": true, "userGesture": true,
 	}, &r)
-	ot, _ := json.Marshal(mark.Old)
-	restore := `(() => { if (document.title !== ` + string(mk) + `) return; const t = document.querySelector("title");`
-	if mark.Had {
-		restore += ` document.title = ` + string(ot) + `; })()`
-	} else {
-		restore += ` if (t) t.remove(); })()`
+	ot, _ := json.Marshal(old)
+	restore := "document.title = " + string(ot) + ", undefined"
+	if old == "" {
+		restore = `(() => { const t = document.querySelector("title"); if (t && t.textContent === ` + string(mk) + `) t.remove(); })()`
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer rcancel()
