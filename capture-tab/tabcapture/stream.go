@@ -326,18 +326,25 @@ func (s *stream) start(ctx context.Context, conn *cdpConn, off string) error {
 		defer cancel()
 		_ = conn.call(dctx, "", "Target.detachFromTarget", map[string]any{"sessionId": page}, nil)
 	}()
-	// The page may still be loading (no title yet): then the marker's
-	// title element is the first one, and writing "" back into it would
-	// hide the page's own title for good (the panel showed "" after a
-	// navigation), so the restore removes it instead. (Reading, marking
-	// and restoring stay three calls: one call that read and marked at
-	// once left a crashed tab's reload without a picked capture.)
-	var old string
-	if err := conn.evaluate(ctx, page, "document.title", &old); err != nil {
+	// The page may still be loading: its <title> can be parsed at any
+	// moment. The mark therefore reads the title and whether a title
+	// element exists in the same call that sets the marker; when none
+	// existed, the marker created the first one, and the restore removes
+	// it (writing "" into it would hide the page's own title for good: the
+	// panel showed "" after a navigation), else it writes the title back.
+	// A plain read comes first, as it always did (marking in the very
+	// first call after attaching left a crashed tab's reload without a
+	// picked capture in 3 of 3 runs).
+	var first string
+	if err := conn.evaluate(ctx, page, "document.title", &first); err != nil {
 		return fmt.Errorf("read title: %w", err)
 	}
 	mk, _ := json.Marshal(s.c.marker)
-	if err := conn.evaluate(ctx, page, "document.title = "+string(mk)+", undefined", nil); err != nil {
+	var mark struct {
+		Old string `json:"old"`
+		Had bool   `json:"had"`
+	}
+	if err := conn.evaluate(ctx, page, `(() => { const r = {old: document.title, had: document.querySelector("title") !== null}; document.title = `+string(mk)+`; return r; })()`, &mark); err != nil {
 		return fmt.Errorf("mark title: %w", err)
 	}
 	cfg, _ := json.Marshal(map[string]any{
@@ -358,9 +365,9 @@ func (s *stream) start(ctx context.Context, conn *cdpConn, off string) error {
 	err = conn.call(ctx, off, "Runtime.evaluate", map[string]any{
 		"expression": "tabcastStart(" + string(cfg) + ")", "awaitPromise": true, "returnByValue": true, "userGesture": true,
 	}, &r)
-	ot, _ := json.Marshal(old)
-	restore := "document.title = " + string(ot) + ", undefined"
-	if old == "" {
+	ot, _ := json.Marshal(mark.Old)
+	restore := `(() => { if (document.title !== ` + string(mk) + `) return; document.title = ` + string(ot) + `; })()`
+	if !mark.Had {
 		restore = `(() => { const t = document.querySelector("title"); if (t && t.textContent === ` + string(mk) + `) t.remove(); })()`
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
