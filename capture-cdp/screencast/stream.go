@@ -35,6 +35,11 @@ const (
 	settleBurst = 3
 	// settleTimeout bounds that screenshot.
 	settleTimeout = 3 * time.Second
+	// firstFrameWait is how long a new screencast may stay silent before a
+	// screenshot stands in for its first frame (see settleLoop), and
+	// firstFrameTries how many times that is tried.
+	firstFrameWait  = 400 * time.Millisecond
+	firstFrameTries = 12
 )
 
 // Stream captures target and calls send with the newest frame whenever the
@@ -317,19 +322,42 @@ func (s *stream) offer(f capture.Frame) { s.slot.Offer(f, nil) }
 // again. The screenshot makes Chromium repeat its screencast frame, which
 // onEvent drops as a repeat, so a still page costs one or two screenshots,
 // not a loop.
+//
+// It also stands in for a first frame that does not come. A still page
+// sends no screencast frame, and startScreencast's own redraw is lost when
+// the renderer is not there yet: the core restarts the capture right after
+// it reloads a crashed tab, and the new renderer may paint its page before
+// the screencast is bound to it (TestCrashRendererFramesAgain/cdp waited 8 s
+// for a frame in 1 run of 2). Until the first screencast frame, a
+// screenshot every firstFrameWait is sent instead; it also makes Chromium
+// send its screencast frame, which ends the tries.
 func (s *stream) settleLoop(ctx context.Context) {
-	quiet := time.NewTimer(settleAfter)
-	quiet.Stop()
+	quiet := time.NewTimer(firstFrameWait)
 	defer quiet.Stop()
-	burst := 0 // frames since the page last went quiet
+	burst := 0      // frames since the page last went quiet
+	seen := false   // a screencast frame came
+	firstTries := 0 // screenshots standing in for the first frame
 	for {
 		select {
 		case <-s.quit:
 			return
 		case <-s.moved:
+			seen = true
 			burst++
 			quiet.Reset(settleAfter)
 		case <-quiet.C:
+			if !seen {
+				firstTries++
+				if f, err := s.screenshot(ctx); err != nil {
+					s.log.Debug("first-frame screenshot", "try", firstTries, "err", err)
+				} else {
+					s.offer(f)
+				}
+				if firstTries < firstFrameTries {
+					quiet.Reset(firstFrameWait)
+				}
+				continue
+			}
 			// One or two frames (a click, a keystroke) are delivered whole;
 			// the loss happens at the end of a run of frames (an animation,
 			// a scroll). A screenshot costs the next input ~15 ms of
