@@ -77,6 +77,12 @@ type Options struct {
 	ExtraFlags   []string      // e.g. from the capture plugin's ChromiumFlags
 	StartTimeout time.Duration // default 20s
 	Logger       *slog.Logger
+	// Cgroup, if set, is a cgroup v2 directory Chromium is started in
+	// (clone3's CLONE_INTO_CGROUP, so not one of its processes runs
+	// outside it), made if missing. The image's nftables rule lets that
+	// cgroup reach loopback only: the second wall behind the egress proxy,
+	// holding even if Chromium ignored --proxy-server (docs/security.md).
+	Cgroup string
 }
 
 // Browser is a running Chromium.
@@ -155,7 +161,15 @@ func Launch(ctx context.Context, o Options) (*Browser, error) {
 		"XDG_CONFIG_HOME="+filepath.Join(rootDir, "xdg-config"),
 		"XDG_CACHE_HOME="+filepath.Join(rootDir, "xdg-cache"),
 	)
-	proc, err := startProcess(cmd, log)
+	cgroup, err := openCgroup(o.Cgroup)
+	if err != nil {
+		os.RemoveAll(rootDir)
+		return nil, fmt.Errorf("browser: %w", err)
+	}
+	proc, err := startProcess(cmd, log, cgroup)
+	if cgroup != nil {
+		cgroup.Close() // the child is in it (or was never started)
+	}
 	if err != nil {
 		os.RemoveAll(rootDir)
 		return nil, fmt.Errorf("browser: start %s: %w", o.Path, err)

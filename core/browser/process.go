@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -15,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // stderrTailSize bounds the Chromium stderr kept for error messages.
@@ -76,7 +80,9 @@ type process struct {
 // dies with us. Pdeathsig fires when the forking OS *thread* exits, so the
 // start and the wait run on one goroutine locked to its thread; the thread
 // stays alive (blocked in Wait) for exactly the life of the process.
-func startProcess(cmd *exec.Cmd, log *slog.Logger) (*process, error) {
+//
+// With cgroup (an open cgroup v2 directory) the process starts inside it.
+func startProcess(cmd *exec.Cmd, log *slog.Logger, cgroup *os.File) (*process, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -87,6 +93,9 @@ func startProcess(cmd *exec.Cmd, log *slog.Logger) (*process, error) {
 	cmd.Stdout = nil
 	cmd.Stderr = w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cgroup != nil {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgroup.Fd())
+	}
 
 	p := &process{stderr: r, exited: make(chan struct{}), readerDone: make(chan struct{})}
 	started := make(chan error, 1)
@@ -228,4 +237,33 @@ func killAll(pgid int, dir string, d time.Duration) (left []int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// openCgroup opens the cgroup v2 directory path for CLONE_INTO_CGROUP,
+// making it when missing (the service's delegated subtree: systemd's
+// Delegate=yes gives the service user its own cgroup). "" is no cgroup.
+// A path that is not a cgroup v2 directory is refused here, not at the
+// start: clone3 would only say EBADF or EINVAL.
+func openCgroup(path string) (*os.File, error) {
+	if path == "" {
+		return nil, nil
+	}
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("cgroup %q: not an absolute path", path)
+	}
+	if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return nil, fmt.Errorf("cgroup %s: not on a cgroup v2 file system", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	return f, nil
 }
