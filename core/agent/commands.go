@@ -110,15 +110,8 @@ type Result struct {
 // Screenshot limits.
 const maxScreenshotBytes = 8 << 20
 
-// Commands, for docs, the CLI and MCP.
-var Commands = []string{
-	"snapshot", "click", "dblclick", "hover", "focus", "fill", "type", "press", "check", "uncheck",
-	"select", "scroll", "scrollintoview", "navigate", "back", "forward", "reload", "wait", "get", "is",
-	"screenshot", "dialog", "request_human", "upload", "tabs", "cookies", "storage", "eval",
-}
-
-// reads never touch the page, so a person holding control does not stop them.
-var reads = map[string]bool{"snapshot": true, "wait": true, "get": true, "is": true, "screenshot": true, "request_human": true}
+// reads (the commands that never touch the page, so a person holding
+// control does not stop them) and Commands come from Table (table.go).
 
 // readOp: tabs list, cookies get and storage get are reads too.
 func readOp(r Request) bool {
