@@ -20,42 +20,38 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/tabcast/tabcast/appliance/config"
+	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/session"
 )
 
-const browserUsage = `usage: tabcast browser COMMAND [ARGS] [--session ID] [--json] [--url URL] [--token-file F] [config flags]
+// browserUsage is the help of tabcast browser; the commands' synopses come
+// from the agent's command table.
+var browserUsage = func() string {
+	var b strings.Builder
+	b.WriteString(`usage: tabcast browser COMMAND [ARGS] [--session ID] [--json] [--url URL] [--token-file F] [config flags]
 
 Drive a session as an agent, through the appliance's API (the same
 dispatcher as the people in the panel). Refs come from snapshot: @e3.
 
   sessions                          list the sessions you may see
-  snapshot [-i] [-c] [--depth N] [--selector S] [--ref @eN] [--values]
-  click @eN | --selector S | --role R --name N     (also dblclick, hover, focus)
-  fill @eN TEXT        type [@eN] TEXT        press KEY   (e.g. Enter, Control+a)
-  check @eN | uncheck @eN               select @eN VALUE
-  scroll [--dx N] [--dy N] [@eN]        scrollintoview @eN
-  navigate URL | back | forward | reload
-  wait --text T | --selector S [--visible|--hidden] | --url U   [--timeout 10s]
-  get text|value|title|url|count|box [@eN|--selector S]   get attr NAME @eN
-  is visible|enabled|checked @eN
-  wait --load load|domcontentloaded|networkidle   wait --function "() => window.ok"
-  screenshot FILE [--format png|jpeg]
-  dialog accept|dismiss [--prompt TEXT]
-  upload @eN FILE...                 local files are put in the session's upload
-                                     area first; other names must be there already
-  uploads                            list the session's upload area
-  tabs | tabs new [URL] | tabs switch N|ID | tabs close N|ID
-  cookies [--name N] [--reveal]      cookies set NAME VALUE [--cookie-url U]
-                                     [--domain D] [--path P] [--secure] [--http-only]
-                                     [--same-site Lax]       cookies clear [NAME]
-  storage local|session [get [KEY]] [--reveal]   storage local set KEY VALUE
-  storage local|session clear [KEY]
-  eval EXPRESSION                    (needs agent.allowEval and an admin-scoped token)
-
+`)
+	for _, c := range agent.Table {
+		for _, line := range strings.Split(c.Usage, "\n") {
+			if line != "" {
+				b.WriteString("  " + line + "\n")
+			}
+		}
+		if c.Name == "upload" {
+			b.WriteString("  uploads                            list the session's upload area\n")
+		}
+	}
+	b.WriteString(`
 Exit codes: 0 ok, 1 other error, 2 usage, 3 not allowed (401/403),
 4 not found, 5 stale ref or conflict (409), 6 timed out, 7 busy or
 unavailable (429/503).
-`
+`)
+	return b.String()
+}()
 
 // Exit codes of tabcast browser, by error class.
 const (
@@ -69,14 +65,13 @@ const (
 	exitUnavailable
 )
 
+// browserFlags are the flags of tabcast browser itself; the commands'
+// flags are declared from the agent's command table (addCommandFlags) and
+// read from fs.
 type browserFlags struct {
-	session, url, tokenFile, selector, role, name, ref, format, prompt string
-	text, urlWait, timeout, load, function                             string
-	cookieURL, domain, path, sameSite                                  string
-	asJSON, interactive, compact, values, visible, hidden, reveal      bool
-	secure, httpOnly                                                   bool
-	depth                                                              int
-	dx, dy                                                             float64
+	session, url, tokenFile, timeout string
+	asJSON                           bool
+	fs                               *pflag.FlagSet
 }
 
 // cmdBrowser is the agent CLI: one API call per invocation.
@@ -196,32 +191,9 @@ func loadBrowserConfig(args []string, stderr io.Writer, f *browserFlags) (*confi
 	fs.StringVar(&f.url, "url", "", "appliance URL (default: from server.listen)")
 	fs.StringVar(&f.tokenFile, "token-file", "", "API token file (default: auth.agentTokenFile)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the raw JSON result")
-	fs.BoolVarP(&f.interactive, "interactive", "i", false, "snapshot: interactive elements only")
-	fs.BoolVarP(&f.compact, "compact", "c", false, "snapshot: drop unnamed wrappers")
-	fs.IntVar(&f.depth, "depth", 0, "snapshot: max depth")
-	fs.BoolVar(&f.values, "values", false, "snapshot: include form values (passwords never)")
-	fs.StringVar(&f.selector, "selector", "", "CSS selector target")
-	fs.StringVar(&f.role, "role", "", "ARIA role target")
-	fs.StringVar(&f.name, "name", "", "accessible name (with --role)")
-	fs.StringVar(&f.ref, "ref", "", "snapshot: scope to this ref")
-	fs.StringVar(&f.text, "text", "", "wait: text to appear")
-	fs.StringVar(&f.urlWait, "url-contains", "", "wait: URL substring")
-	fs.BoolVar(&f.visible, "visible", false, "wait: the selector's element is visible")
-	fs.BoolVar(&f.hidden, "hidden", false, "wait: no visible element matches the selector")
 	fs.StringVar(&f.timeout, "timeout", "", "how long the command may take, e.g. 10s")
-	fs.Float64Var(&f.dx, "dx", 0, "scroll: pixels right")
-	fs.Float64Var(&f.dy, "dy", 0, "scroll: pixels down")
-	fs.StringVar(&f.format, "format", "png", "screenshot: png or jpeg")
-	fs.StringVar(&f.prompt, "prompt", "", "dialog: text for a prompt()")
-	fs.StringVar(&f.load, "load", "", "wait: load, domcontentloaded or networkidle")
-	fs.StringVar(&f.function, "function", "", "wait: a JavaScript predicate (needs agent.allowEval)")
-	fs.BoolVar(&f.reveal, "reveal", false, "cookies, storage: show the values")
-	fs.StringVar(&f.cookieURL, "cookie-url", "", "cookies set/clear: the URL the cookie belongs to")
-	fs.StringVar(&f.domain, "domain", "", "cookies: the cookie's domain")
-	fs.StringVar(&f.path, "path", "", "cookies set/clear: the cookie's path")
-	fs.StringVar(&f.sameSite, "same-site", "", "cookies set: Strict, Lax or None")
-	fs.BoolVar(&f.secure, "secure", false, "cookies set: a Secure cookie")
-	fs.BoolVar(&f.httpOnly, "http-only", false, "cookies set: an HttpOnly cookie")
+	addCommandFlags(fs)
+	f.fs = fs
 	if err := fs.Parse(args); err != nil {
 		return nil, fs, err
 	}
@@ -230,9 +202,97 @@ func loadBrowserConfig(args []string, stderr io.Writer, f *browserFlags) (*confi
 	return cfg, fs, err
 }
 
-// browserRequest builds the agent request of a command line.
+// addCommandFlags declares each flag of the agent command table once
+// (several commands share --selector, --name, --reveal).
+func addCommandFlags(fs *pflag.FlagSet) {
+	type flag struct {
+		a    agent.Arg
+		help string
+	}
+	var order []string
+	flags := map[string]*flag{}
+	for _, c := range agent.Table {
+		for _, a := range c.Args {
+			names := []string{a.Flag}
+			if a.FlagPerValue {
+				names = a.Enum
+			}
+			for _, n := range names {
+				if n == "" {
+					continue
+				}
+				fl := flags[n]
+				if fl == nil {
+					fl = &flag{a: a}
+					flags[n] = fl
+					order = append(order, n)
+				}
+				if a.FlagPerValue {
+					fl.help = c.Name + ": " + a.Key + " " + n
+				} else if fl.help == "" {
+					fl.help = a.FlagHelp
+				}
+			}
+		}
+	}
+	for _, n := range order {
+		fl := flags[n]
+		switch {
+		case fl.a.FlagPerValue || fl.a.Type == agent.Bool:
+			fs.BoolP(n, fl.a.Short, false, fl.help)
+		case fl.a.Type == agent.Int:
+			fs.IntP(n, fl.a.Short, 0, fl.help)
+		case fl.a.Type == agent.Number:
+			fs.Float64P(n, fl.a.Short, 0, fl.help)
+		default:
+			fs.StringP(n, fl.a.Short, fl.a.FlagDefault, fl.help)
+		}
+	}
+}
+
+// flagArgs puts the values of the command's flags into req.
+func flagArgs(c *agent.Command, fs *pflag.FlagSet, req map[string]any) {
+	for _, a := range c.Args {
+		switch {
+		case a.FlagPerValue:
+			for _, v := range a.Enum {
+				if on, _ := fs.GetBool(v); on {
+					a.Set(req, v)
+				}
+			}
+		case a.Flag == "":
+		case a.Type == agent.Bool:
+			v, _ := fs.GetBool(a.Flag)
+			a.Set(req, v)
+		case a.Type == agent.Int:
+			if v, _ := fs.GetInt(a.Flag); v > 0 {
+				a.Set(req, v)
+			}
+		case a.Type == agent.Number:
+			v, _ := fs.GetFloat64(a.Flag)
+			a.Set(req, v)
+		default:
+			v, _ := fs.GetString(a.Flag)
+			if a.Key == "ref" {
+				v = strings.TrimPrefix(v, "@")
+			}
+			a.Set(req, v)
+		}
+	}
+}
+
+// browserRequest builds the agent request of a command line: the flags
+// as the command table says, the positional arguments as each command's
+// synopsis says.
 func browserRequest(cmd string, pos []string, f *browserFlags) (map[string]any, error) {
-	req := map[string]any{"command": cmd}
+	if cmd == "uploads" {
+		return nil, errors.New("uploads is a listing")
+	}
+	c, ok := agent.Lookup(cmd)
+	if !ok || c.Usage == "" {
+		return nil, fmt.Errorf("unknown command %q (see tabcast browser --help)", cmd)
+	}
+	req := map[string]any{"command": c.Name}
 	if f.timeout != "" {
 		d, err := time.ParseDuration(f.timeout)
 		if err != nil || d <= 0 {
@@ -245,28 +305,16 @@ func browserRequest(cmd string, pos []string, f *browserFlags) (map[string]any, 
 		req["ref"] = strings.TrimPrefix(pos[0], "@")
 		pos = pos[1:]
 	}
-	set := func(k string, v any, ok bool) {
-		if ok {
-			req[k] = v
-		}
+	if f.fs != nil {
+		flagArgs(c, f.fs, req)
 	}
-	set("selector", f.selector, f.selector != "")
-	set("role", f.role, f.role != "")
-	set("name", f.name, f.name != "")
 	need := func(n int, what string) error {
 		if len(pos) < n {
 			return fmt.Errorf("%s needs %s", cmd, what)
 		}
 		return nil
 	}
-	switch cmd {
-	case "snapshot":
-		set("interactive", true, f.interactive)
-		set("compact", true, f.compact)
-		set("maxDepth", f.depth, f.depth > 0)
-		set("includeValues", true, f.values)
-		set("ref", strings.TrimPrefix(f.ref, "@"), f.ref != "")
-	case "click", "dblclick", "hover", "focus", "check", "uncheck", "scrollintoview":
+	switch c.Name {
 	case "fill", "type":
 		if err := need(1, "TEXT"); err != nil {
 			return nil, err
@@ -282,28 +330,16 @@ func browserRequest(cmd string, pos []string, f *browserFlags) (map[string]any, 
 			return nil, err
 		}
 		req["value"] = pos[0]
-	case "scroll":
-		req["deltaX"], req["deltaY"] = f.dx, f.dy
-	case "navigate", "open", "goto":
+	case "navigate":
 		if err := need(1, "URL"); err != nil {
 			return nil, err
 		}
-		req["command"], req["url"] = "navigate", pos[0]
-	case "back", "forward", "reload":
-	case "wait":
-		set("text", f.text, f.text != "")
-		set("url", f.urlWait, f.urlWait != "")
-		set("what", "visible", f.visible)
-		set("what", "hidden", f.hidden)
-		set("load", f.load, f.load != "")
-		set("function", f.function, f.function != "")
+		req["url"] = pos[0]
 	case "upload":
 		if err := need(1, "FILE"); err != nil {
 			return nil, err
 		}
 		req["files"] = append([]string(nil), pos...)
-	case "uploads":
-		return nil, errors.New("uploads is a listing")
 	case "tabs":
 		if len(pos) > 0 {
 			req["op"] = pos[0]
@@ -321,12 +357,6 @@ func browserRequest(cmd string, pos []string, f *browserFlags) (map[string]any, 
 			return nil, fmt.Errorf("tabs %s needs an index or id (see tabs)", pos[0])
 		}
 	case "cookies":
-		cookie := map[string]any{}
-		setc := func(k string, v any, ok bool) {
-			if ok {
-				cookie[k] = v
-			}
-		}
 		if len(pos) > 0 {
 			req["op"] = pos[0]
 		}
@@ -334,23 +364,12 @@ func browserRequest(cmd string, pos []string, f *browserFlags) (map[string]any, 
 			if err := need(3, "NAME VALUE"); err != nil {
 				return nil, err
 			}
-			cookie["name"], cookie["value"] = pos[1], pos[2]
+			agent.SetPath(req, "cookie.name", pos[1])
+			agent.SetPath(req, "cookie.value", pos[2])
 		}
 		if len(pos) > 1 && pos[0] == "clear" {
-			cookie["name"] = pos[1]
+			agent.SetPath(req, "cookie.name", pos[1])
 		}
-		setc("name", f.name, f.name != "" && cookie["name"] == nil)
-		setc("url", f.cookieURL, f.cookieURL != "")
-		setc("domain", f.domain, f.domain != "")
-		setc("path", f.path, f.path != "")
-		setc("sameSite", f.sameSite, f.sameSite != "")
-		setc("secure", true, f.secure)
-		setc("httpOnly", true, f.httpOnly)
-		if len(cookie) > 0 {
-			req["cookie"] = cookie
-		}
-		delete(req, "name") // --name is the cookie's here, not a role's
-		set("reveal", true, f.reveal)
 	case "storage":
 		if err := need(1, "local or session"); err != nil {
 			return nil, err
@@ -368,7 +387,6 @@ func browserRequest(cmd string, pos []string, f *browserFlags) (map[string]any, 
 			}
 			req["value"] = pos[3]
 		}
-		set("reveal", true, f.reveal)
 	case "eval":
 		if err := need(1, "EXPRESSION"); err != nil {
 			return nil, err
@@ -393,15 +411,11 @@ func browserRequest(cmd string, pos []string, f *browserFlags) (map[string]any, 
 		if err := need(1, "FILE"); err != nil {
 			return nil, err
 		}
-		req["format"] = f.format
 	case "dialog":
 		if err := need(1, "accept or dismiss"); err != nil {
 			return nil, err
 		}
 		req["accept"] = pos[0] == "accept"
-		set("promptText", f.prompt, f.prompt != "")
-	default:
-		return nil, fmt.Errorf("unknown command %q (see tabcast browser --help)", cmd)
 	}
 	return req, nil
 }

@@ -157,8 +157,9 @@ var Table = []Command{
 	{Name: "forward", Tool: "browser_forward", Title: "Go forward", Help: "Go forward one page in the tab's history and wait for it to load.", Usage: "forward", Args: one(actionArg)},
 	{Name: "reload", Tool: "browser_reload", Title: "Reload", Help: "Reload the page and wait for it to load.", Usage: "reload", Args: one(actionArg)},
 	{Name: "wait", Tool: "browser_wait", Title: "Wait for a condition", Read: true, ToolReadOnly: true,
-		Help:  "Wait until every given condition holds: text appears, an element matching selector exists (or is visible/hidden, see state), the URL contains url or matches urlPattern, the page reached a load state, a JavaScript function is truthy. Ends at timeoutMs with a summary of what held; that is a result, not an error.",
-		Usage: `wait --text T | --selector S [--visible|--hidden] | --url-contains U | --load load|domcontentloaded|networkidle | --function "() => window.ok"   [--timeout 10s]`,
+		Help: "Wait until every given condition holds: text appears, an element matching selector exists (or is visible/hidden, see state), the URL contains url or matches urlPattern, the page reached a load state, a JavaScript function is truthy. Ends at timeoutMs with a summary of what held; that is a result, not an error.",
+		Usage: "wait --text T | --selector S [--visible|--hidden] | --url-contains U   [--timeout 10s]\n" +
+			`wait --load load|domcontentloaded|networkidle   wait --function "() => window.ok"`,
 		Args: one(
 			Arg{Key: "text", Type: String, Help: "Wait until this text appears on the page.", Flag: "text", FlagHelp: "wait: text to appear"},
 			Arg{Key: "selector", Type: String, Help: "Wait until an element matches this CSS selector (see state).", Flag: "selector"},
@@ -204,7 +205,7 @@ var Table = []Command{
 	{Name: "upload", Tool: "browser_upload", Title: "Upload files",
 		Help: "Set files on a file input (<input type=file>, by ref, selector, or role and name), as if a person chose them. The files must be in the session's upload area already; you give their plain names. Fails with not_found for a name not there.",
 		Usage: "upload @eN FILE...                 local files are put in the session's upload\n" +
-			"                                     area first; other names must be there already",
+			"                                   area first; other names must be there already",
 		Args: args(one(actionArg), targetArgs, one(Arg{Key: "files", Type: Strings, Required: true,
 			Help: `Names of files in the session's upload area (a person or script puts them with PUT /api/v1/sessions/{id}/uploads/{name}); plain names such as "cv.pdf", no paths.`}))},
 	{Name: "tabs", Tool: "browser_tabs", Title: "Tabs",
@@ -221,8 +222,8 @@ var Table = []Command{
 	{Name: "cookies", Tool: "browser_cookies", Title: "Cookies",
 		Help: "Read, set or clear the session's cookies (its own browser profile only). Values are [redacted] unless reveal is true.",
 		Usage: "cookies [--name N] [--reveal]      cookies set NAME VALUE [--cookie-url U]\n" +
-			"                                     [--domain D] [--path P] [--secure] [--http-only]\n" +
-			"                                     [--same-site Lax]       cookies clear [NAME]",
+			"                                   [--domain D] [--path P] [--secure] [--http-only]\n" +
+			"                                   [--same-site Lax]       cookies clear [NAME]",
 		Args: one(actionArg,
 			Arg{Key: "op", Type: String, Enum: []string{"get", "set", "clear"}, Help: "get (default): the session's cookies; set: set one cookie; clear: delete the cookie named name (with url or domain), or every cookie when no name is given."},
 			Arg{Key: "name", Field: "cookie.name", Type: String, Help: "Cookie name (set; filter of get; the cookie to delete with clear).", Flag: "name"},
@@ -312,6 +313,12 @@ func (a Arg) Set(req map[string]any, v any) {
 	if field == "" {
 		field = a.Key
 	}
+	SetPath(req, field, v)
+}
+
+// SetPath puts v at a key ("url") or a path ("cookie.name") of a request
+// being built as JSON.
+func SetPath(req map[string]any, field string, v any) {
 	m := req
 	parts := strings.Split(field, ".")
 	for _, p := range parts[:len(parts)-1] {
