@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/app"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/appliance/firstboot"
 )
@@ -110,7 +111,7 @@ func runAuthLocal(what, asOwnerOf, stdin string, args ...string) error {
 	if err != nil {
 		cfg = &config.Config{} // the binary's own directory, as for a default config
 	}
-	dir, err := pluginsDir(cfg)
+	dir, err := app.PluginsDir(cfg)
 	if err != nil {
 		return err
 	}

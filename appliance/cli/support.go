@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"archive/tar"
@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/app"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/plugins/atomicfile"
@@ -278,7 +279,7 @@ func supportVersions(ctx context.Context, cfg *config.Config, note func(string, 
 			fmt.Fprintf(&b, "chromium: %s (%s)\n", v, cfg.Browser.Path)
 		}
 	}
-	dir, err := pluginsDir(cfg)
+	dir, err := app.PluginsDir(cfg)
 	if err != nil {
 		fmt.Fprintf(&b, "plugins: %v\n", err)
 		return b.String()

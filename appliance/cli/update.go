@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/app"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/appliance/update"
 )
@@ -469,7 +470,7 @@ func readyClient(cfg *config.Config) (string, *http.Client, error) {
 	}
 	tr := &http.Transport{Proxy: nil}
 	scheme := "http"
-	if tlsWanted(cfg) {
+	if app.TLSWanted(cfg) {
 		scheme = "https"
 		certFile := cfg.Server.CertFile
 		if certFile == "" {

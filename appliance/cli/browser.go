@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/app"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/session"
@@ -529,7 +530,7 @@ type apiClient struct {
 
 func newAPIClient(cfg *config.Config, base, tokenFile string) (*apiClient, error) {
 	if tokenFile == "" {
-		tokenFile = agentTokenFile(cfg)
+		tokenFile = app.AgentTokenFile(cfg)
 	}
 	tok, err := os.ReadFile(tokenFile)
 	if err != nil {
@@ -537,7 +538,7 @@ func newAPIClient(cfg *config.Config, base, tokenFile string) (*apiClient, error
 	}
 	c := &apiClient{token: strings.TrimSpace(string(tok)), hc: &http.Client{Timeout: 3 * time.Minute}}
 	scheme := "http"
-	if tlsWanted(cfg) {
+	if app.TLSWanted(cfg) {
 		scheme = "https"
 	}
 	if base == "" {

@@ -1,4 +1,9 @@
-package main
+// Package app is the Tabcast appliance's start: Run wires the plugins,
+// Chromium, the sessions, the signaling, the agent API and the HTTP server
+// in one linear sequence (run.go), and serves reloads (reload.go), the
+// systemd watchdog (sdnotify.go), access and TLS (access.go) and the TURN
+// relay (relay.go). The commands of the tabcast binary are package cli.
+package app
 
 import (
 	"context"
@@ -35,9 +40,9 @@ import (
 	"github.com/tabcast/tabcast/plugins/encoder"
 )
 
-// newLogger is the JSON logger at level; the level can change later (a
+// NewLogger is the JSON logger at level; the level can change later (a
 // config reload) through the returned LevelVar.
-func newLogger(w io.Writer, level string) (*slog.Logger, *slog.LevelVar) {
+func NewLogger(w io.Writer, level string) (*slog.Logger, *slog.LevelVar) {
 	lv := &slog.LevelVar{}
 	setLevel(lv, level)
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv})), lv
@@ -51,9 +56,9 @@ func setLevel(lv *slog.LevelVar, level string) {
 	lv.Set(l)
 }
 
-// pluginsDir is where plugin binaries live: the configured dir, or the
+// PluginsDir is where plugin binaries live: the configured dir, or the
 // directory of the running tabcast binary.
-func pluginsDir(cfg *config.Config) (string, error) {
+func PluginsDir(cfg *config.Config) (string, error) {
 	if cfg.Plugins.Dir != "" {
 		return filepath.Abs(cfg.Plugins.Dir)
 	}
@@ -68,16 +73,17 @@ func pluginsDir(cfg *config.Config) (string, error) {
 	return filepath.Dir(exe), nil
 }
 
-func newSupervisor(cfg *config.Config, log *slog.Logger) *supervisor.Supervisor {
+// NewSupervisor is the plugin supervisor with the configured timings.
+func NewSupervisor(cfg *config.Config, log *slog.Logger) *supervisor.Supervisor {
 	return supervisor.New(supervisor.Options{
 		Logger: log, StartTimeout: cfg.Plugins.StartTimeout, PingInterval: cfg.Plugins.PingInterval,
 		CrashBudget: cfg.Plugins.CrashBudget, CrashWindow: cfg.Plugins.CrashWindow,
 	})
 }
 
-// startPlugin starts the plugin configured for role under sup: every
+// StartPlugin starts the plugin configured for role under sup: every
 // plugin of run, doctor and access starts here.
-func startPlugin(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Config, dir string, role plugins.Role) (*supervisor.Handle, error) {
+func StartPlugin(ctx context.Context, sup *supervisor.Supervisor, cfg *config.Config, dir string, role plugins.Role) (*supervisor.Handle, error) {
 	name := cfg.PluginIn(role)
 	conf, err := pluginConfigFor(cfg, role)
 	if err != nil {
@@ -139,35 +145,16 @@ type appliance struct {
 	egress   *egress.Proxy      // every session's egress proxy
 	upstream *egress.Upstream   // sessions.proxy; nil = direct
 	cfg      *config.Config     // what runs now; replaced by reloads (one at a time, on run's goroutine)
-	rl       reloader
+	rl       Options
 	listing  atomic.Bool // a watchdog liveness check is listing sessions
 	// pluginFlags are the capture plugins' Chromium flags at start
 	// (relaunchOptions asks them again for a relaunch).
 	pluginFlags []string
 }
 
-func cmdRun(args []string, stdout, stderr io.Writer) int {
-	cfg, _, err := loadConfig("run", args, stderr, nil)
-	if err != nil {
-		printConfigError(stderr, err)
-		return 1
-	}
-	log, level := newLogger(stderr, cfg.Log.Level)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// SIGHUP re-reads the same layers (file, environment, flags).
-	load := func() (*config.Config, error) {
-		c, _, err := loadConfig("run", args, io.Discard, nil)
-		return c, err
-	}
-	if err := run(ctx, cfg, log, stdout, reloader{load: load, level: level}); err != nil {
-		log.Error("tabcast stopped", "err", err)
-		return 1
-	}
-	return 0
-}
-
-func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Writer, rl reloader) error {
+// Run starts the appliance with cfg and serves until ctx ends: every
+// manager is started here, in order, and stopped in reverse (shutdown).
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Writer, rl Options) error {
 	a := &appliance{log: log, cfg: cfg, rl: rl}
 	defer a.shutdown()
 	// From the start: a SIGHUP during start-up must not end the process
@@ -176,19 +163,19 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	dir, err := pluginsDir(cfg)
+	dir, err := PluginsDir(cfg)
 	if err != nil {
 		return err
 	}
-	a.sup = newSupervisor(cfg, log)
-	if a.capture, err = startPlugin(ctx, a.sup, cfg, dir, plugins.RoleCapture); err != nil {
+	a.sup = NewSupervisor(cfg, log)
+	if a.capture, err = StartPlugin(ctx, a.sup, cfg, dir, plugins.RoleCapture); err != nil {
 		return err
 	}
-	if a.encoder, err = startPlugin(ctx, a.sup, cfg, dir, plugins.RoleEncoder); err != nil {
+	if a.encoder, err = StartPlugin(ctx, a.sup, cfg, dir, plugins.RoleEncoder); err != nil {
 		return err
 	}
 	if cfg.Video.Capture != session.CaptureCDP && cfg.Plugins.TabCapture != "" {
-		a.tab, err = startPlugin(ctx, a.sup, cfg, dir, plugins.RoleTabCapture)
+		a.tab, err = StartPlugin(ctx, a.sup, cfg, dir, plugins.RoleTabCapture)
 		if err != nil {
 			if cfg.Video.Capture == session.CaptureTab {
 				return err
@@ -252,7 +239,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	}
 
 	if cfg.Turn.Enabled {
-		if a.relay, err = startPlugin(ctx, a.sup, cfg, dir, plugins.RoleTurn); err != nil {
+		if a.relay, err = StartPlugin(ctx, a.sup, cfg, dir, plugins.RoleTurn); err != nil {
 			ln.Close()
 			return err
 		}
@@ -466,7 +453,7 @@ func (a *appliance) status() any {
 	}
 	fds, _ := os.ReadDir("/proc/self/fd")
 	return map[string]any{
-		"version": version, "browser": a.browser.Version(), "plugins": plugs,
+		"version": a.rl.Version, "browser": a.browser.Version(), "plugins": plugs,
 		"codecs": a.codecs, "encoderProbes": a.probes, "capture": a.sessions.CaptureStatus(),
 		// For operators and the leak tests: these must not grow with use.
 		"process": map[string]any{"goroutines": runtime.NumGoroutine(), "openFiles": len(fds)},

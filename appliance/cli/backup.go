@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"unicode"
 
 	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/app"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/appliance/update"
 )
@@ -220,7 +221,7 @@ func newBackupSet(cfg *config.Config, cfgFile string) (*backupSet, error) {
 		{certFile, roleTLSCert, 0o644},
 		{keyFile, roleTLSKey, 0o600},
 		{turnSecret, roleTURNSecret, 0o600},
-		{agentTokenFile(cfg), roleAgentToken, 0o600},
+		{app.AgentTokenFile(cfg), roleAgentToken, 0o600},
 		{cfg.Sessions.ProxyCredentialsFile, roleProxyCreds, 0o600},
 	} {
 		if t.Path == "" {

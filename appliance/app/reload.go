@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -12,10 +12,12 @@ import (
 	"github.com/tabcast/tabcast/plugins"
 )
 
-// reloader is how `tabcast run` re-reads its config on SIGHUP.
-type reloader struct {
-	load  func() (*config.Config, error) // nil: reloads are off
-	level *slog.LevelVar
+// Options are what `tabcast run` gives the appliance besides its config:
+// the build's version and how to re-read the config on SIGHUP.
+type Options struct {
+	Version string
+	Load    func() (*config.Config, error) // nil: reloads are off
+	Level   *slog.LevelVar
 }
 
 // Keys a reload applies to the running appliance; every other change is
@@ -31,10 +33,10 @@ var liveKeys = map[string]bool{
 // keeps its sessions). An invalid file, or a subtree a plugin refuses,
 // changes nothing: the error names the key. It runs on run's goroutine.
 func (a *appliance) reload(ctx context.Context) {
-	if a.rl.load == nil {
+	if a.rl.Load == nil {
 		return
 	}
-	next, err := a.rl.load()
+	next, err := a.rl.Load()
 	if err != nil {
 		a.log.Error("config reload refused; the running config stays", "err", err)
 		return
@@ -102,8 +104,8 @@ func (a *appliance) reload(ctx context.Context) {
 	cur.Video.KeyframeInterval, cur.Video.Hardware = next.Video.KeyframeInterval, next.Video.Hardware
 	cur.Log.Level = next.Log.Level
 	a.sessions.SetVideo(sessionVideo(cur.Video))
-	if a.rl.level != nil {
-		setLevel(a.rl.level, cur.Log.Level)
+	if a.rl.Level != nil {
+		setLevel(a.rl.Level, cur.Log.Level)
 	}
 	a.cfg = &cur
 	a.log.Info("config reloaded", "applied", applied, "needsRestart", restart)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/tabcast/tabcast/appliance/app"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/certs"
@@ -79,13 +80,13 @@ func doctor(ctx context.Context, cfg *config.Config, stderr io.Writer) []check {
 
 	out = append(out, portChecks(cfg)...)
 
-	dir, err := pluginsDir(cfg)
+	dir, err := app.PluginsDir(cfg)
 	if err != nil {
 		return append(out, check{Name: "plugins", Status: "fail", Detail: err.Error(), Hint: "set plugins.dir"})
 	}
 	// Plugin logs would interleave with the report: keep them for failures only.
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	sup := newSupervisor(cfg, log)
+	sup := app.NewSupervisor(cfg, log)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = sup.Shutdown(sctx)
@@ -93,7 +94,7 @@ func doctor(ctx context.Context, cfg *config.Config, stderr io.Writer) []check {
 	}()
 	for _, role := range []plugins.Role{plugins.RoleCapture, plugins.RoleEncoder} {
 		name := cfg.PluginIn(role)
-		h, err := startPlugin(ctx, sup, cfg, dir, role)
+		h, err := app.StartPlugin(ctx, sup, cfg, dir, role)
 		if err != nil {
 			out = append(out, check{Name: "plugin " + name, Status: "fail", Detail: err.Error(),
 				Hint: "build the plugins (make build) or check plugins.dir, plugins.sha256 and plugins.config." + name})
@@ -122,12 +123,12 @@ func authChecks(ctx context.Context, cfg *config.Config, sup *supervisor.Supervi
 	usersFile, _ := cfg.Plugins.Config[cfg.Auth.Plugin]["usersFile"].(string)
 	if _, err := os.Stat(usersFile); usersFile != "" && err != nil {
 		out = append(out, check{Name: "plugin " + cfg.Auth.Plugin, Status: "warn", Detail: "no users file yet (" + usersFile + "): the first `tabcast run` creates admin and prints a one-time password"})
-	} else if h, err := startPlugin(ctx, sup, cfg, dir, plugins.RoleAuth); err != nil {
+	} else if h, err := app.StartPlugin(ctx, sup, cfg, dir, plugins.RoleAuth); err != nil {
 		out = append(out, check{Name: "plugin " + cfg.Auth.Plugin, Status: "fail", Detail: err.Error(), Hint: "check plugins.config." + cfg.Auth.Plugin})
 	} else {
 		out = append(out, pluginCheck(ctx, h, filepath.Join(dir, cfg.Auth.Plugin)))
 	}
-	file := agentTokenFile(cfg)
+	file := app.AgentTokenFile(cfg)
 	switch st, err := os.Stat(file); {
 	case err != nil:
 		out = append(out, check{Name: "agent token", Status: "warn", Detail: "not created yet (" + file + "); `tabcast run` writes it"})
@@ -141,7 +142,7 @@ func authChecks(ctx context.Context, cfg *config.Config, sup *supervisor.Supervi
 
 // tlsCheck shows the certificate browsers will be asked to trust.
 func tlsCheck(cfg *config.Config) check {
-	if !tlsWanted(cfg) {
+	if !app.TLSWanted(cfg) {
 		return check{Name: "tls", Status: "warn", Detail: "off: plain HTTP on " + cfg.Server.Listen + " (loopback only)"}
 	}
 	certFile, keyFile := cfg.Server.CertFile, cfg.Server.KeyFile
@@ -242,7 +243,7 @@ func tabCaptureCheck(ctx context.Context, cfg *config.Config, sup *supervisor.Su
 		c.Status, c.Detail = "ok", "off (video.capture "+cfg.Video.Capture+", plugins.tabCapture "+strconv.Quote(cfg.Plugins.TabCapture)+"): sessions use the CDP screencast"
 		return c
 	}
-	h, err := startPlugin(ctx, sup, cfg, dir, plugins.RoleTabCapture)
+	h, err := app.StartPlugin(ctx, sup, cfg, dir, plugins.RoleTabCapture)
 	if err != nil {
 		c.Status, c.Detail, c.Hint = "warn", err.Error(), "build the plugins (make build) or set video.capture cdp"
 		return c

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -51,7 +51,7 @@ func TestFirstbootCmd(t *testing.T) {
 // binary (check-hash, set-hash on stdin), which owns the users file.
 func TestAuthLocalAdminHash(t *testing.T) {
 	dir := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "auth-local"), "../auth-local").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "auth-local"), "../../auth-local").CombinedOutput(); err != nil {
 		t.Fatalf("build auth-local: %v\n%s", err, out)
 	}
 	t.Setenv("TABCAST_PLUGINS__DIR", dir)

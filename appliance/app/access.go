@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -43,9 +43,9 @@ type gate struct {
 	cert    *certs.Reloader    // the served certificate; nil over plain HTTP
 }
 
-// tlsWanted applies server.tls: auto means HTTPS unless the listen host is
+// TLSWanted applies server.tls: auto means HTTPS unless the listen host is
 // loopback (browsers treat localhost as a secure context already).
-func tlsWanted(cfg *config.Config) bool {
+func TLSWanted(cfg *config.Config) bool {
 	switch cfg.Server.TLS {
 	case "on":
 		return true
@@ -56,8 +56,8 @@ func tlsWanted(cfg *config.Config) bool {
 	return !config.IsLoopbackHost(host)
 }
 
-// agentTokenFile is where the agent CLI finds its token.
-func agentTokenFile(cfg *config.Config) string {
+// AgentTokenFile is where the agent CLI finds its token.
+func AgentTokenFile(cfg *config.Config) string {
 	if cfg.Auth.AgentTokenFile != "" {
 		return cfg.Auth.AgentTokenFile
 	}
@@ -78,7 +78,7 @@ func openGate(ctx context.Context, cfg *config.Config, sup *supervisor.Superviso
 	}
 	g := &gate{opts: httpapi.AuthOptions{None: cfg.Auth.Mode == "none", Audit: al, LoginMax: cfg.Auth.LoginMax}}
 	if !g.opts.None {
-		if g.plugin, err = startPlugin(ctx, sup, cfg, dir, plugins.RoleAuth); err != nil {
+		if g.plugin, err = StartPlugin(ctx, sup, cfg, dir, plugins.RoleAuth); err != nil {
 			return nil, err
 		}
 		authn := supervisor.Dispense[auth.Authenticator](g.plugin)
@@ -90,7 +90,7 @@ func openGate(ctx context.Context, cfg *config.Config, sup *supervisor.Superviso
 		if g.opts.Tokens, err = access.OpenTokens(filepath.Join(cfg.Server.DataDir, "tokens.json")); err != nil {
 			return nil, err
 		}
-		file := agentTokenFile(cfg)
+		file := AgentTokenFile(cfg)
 		created, err := g.opts.Tokens.EnsureFile(file, "agent CLI on the appliance", cfg.Sessions.DefaultOwner, access.RoleAdmin)
 		if err != nil {
 			return nil, fmt.Errorf("agent token: %w", err)
@@ -101,7 +101,7 @@ func openGate(ctx context.Context, cfg *config.Config, sup *supervisor.Superviso
 		printInitialPassword(cfg, started, stdout)
 	}
 	g.openGuard(ctx, cfg, log)
-	if tlsWanted(cfg) {
+	if TLSWanted(cfg) {
 		if err := g.openTLS(cfg, stdout); err != nil {
 			g.close() // the guard's goroutine and the audit log
 			return nil, err

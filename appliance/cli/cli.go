@@ -1,26 +1,26 @@
-// Command tabcast is the Tabcast appliance: `tabcast run` serves the web
-// panel and the API and supervises Chromium and the plugins; `tabcast doctor`
-// checks the machine; `tabcast config` checks and prints the configuration.
-package main
+// Package cli is the commands of the tabcast binary, one file each:
+// `tabcast run` starts the appliance (package app), `tabcast doctor`
+// checks the machine, `tabcast config` checks and prints the
+// configuration, and the others manage users, tokens, backups, updates
+// and drive sessions as an agent.
+package cli
 
 import (
-	_ "embed"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 
 	"github.com/spf13/pflag"
 	"github.com/tabcast/tabcast/appliance/config"
 )
 
-//go:embed config.default.yaml
-var defaultConfig []byte
-
-// version is set at build time (-ldflags "-X main.version=...").
-var version = "dev"
+// The build's facts, set once by Main before any command runs.
+var (
+	// defaultConfig is the embedded config.default.yaml.
+	defaultConfig []byte
+	version       = "dev"
+)
 
 const usage = `tabcast — streamed, shared Chromium sessions for the LAN
 
@@ -41,8 +41,11 @@ Usage:
   tabcast version
 `
 
-func main() {
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+// Main runs the command in args and returns its exit code. version and
+// defaults are the build's (main's -ldflags and embedded defaults).
+func Main(args []string, buildVersion string, defaults []byte, stdout, stderr io.Writer) int {
+	version, defaultConfig = buildVersion, defaults
+	return realMain(args, stdout, stderr)
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
@@ -106,62 +109,10 @@ func loadConfig(name string, args []string, stderr io.Writer, extra func(*pflag.
 	return cfg, fs, err
 }
 
-func cmdConfig(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "check" && args[0] != "print") {
-		fmt.Fprint(stderr, "usage: tabcast config check|print [--config FILE] [--set key=value]...\n")
-		return 2
-	}
-	cfg, _, err := loadConfig("config "+args[0], args[1:], stderr, nil)
-	if err != nil {
-		printConfigError(stderr, err)
-		return 1
-	}
-	if args[0] == "check" {
-		fmt.Fprintln(stdout, "config ok")
-		return 0
-	}
-	if err := config.Print(stdout, cfg); err != nil {
-		fmt.Fprintln(stderr, "tabcast:", err)
-		return 1
-	}
-	return 0
-}
-
 func printConfigError(w io.Writer, err error) {
 	if errors.Is(err, pflag.ErrHelp) {
 		return
 	}
 	fmt.Fprintln(w, "tabcast: configuration is not valid:")
 	fmt.Fprintln(w, err)
-}
-
-// cmdUsers manages local users: the auth-local plugin owns the users file
-// and its format, so the command is its own (`auth-local users ...`), run
-// from the configured plugins directory with the configured users file.
-func cmdUsers(args []string, stdout, stderr io.Writer) int {
-	cfg, err := config.Load(config.Options{Defaults: defaultConfig, Environ: os.Environ()})
-	if err != nil {
-		printConfigError(stderr, err)
-		return 1
-	}
-	dir, err := pluginsDir(cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "tabcast users:", err)
-		return 1
-	}
-	full := []string{"users"}
-	if usersFile, _ := cfg.AuthLocalFiles(); usersFile != "" {
-		full = append(full, "--file", usersFile)
-	}
-	cmd := exec.Command(filepath.Join(dir, "auth-local"), append(full, args...)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	if err := cmd.Run(); err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		fmt.Fprintln(stderr, "tabcast users:", err)
-		return 1
-	}
-	return 0
 }

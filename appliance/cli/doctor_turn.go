@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/pion/logging"
 	pturn "github.com/pion/turn/v4"
+	"github.com/tabcast/tabcast/appliance/app"
 	"github.com/tabcast/tabcast/appliance/config"
 	"github.com/tabcast/tabcast/core/supervisor"
 	"github.com/tabcast/tabcast/plugins"
@@ -25,7 +26,7 @@ func turnChecks(ctx context.Context, cfg *config.Config, sup *supervisor.Supervi
 		return []check{{Name: "turn", Status: "warn", Detail: "off (turn.enabled false): viewers need a direct path to UDP/TCP " + fmt.Sprint(cfg.WebRTC.UDPPort)}}
 	}
 	name := "plugin " + cfg.Turn.Plugin
-	h, err := startPlugin(ctx, sup, cfg, dir, plugins.RoleTurn)
+	h, err := app.StartPlugin(ctx, sup, cfg, dir, plugins.RoleTurn)
 	if err != nil {
 		hint := "check plugins.config." + cfg.Turn.Plugin
 		if strings.Contains(err.Error(), "address already in use") {
