@@ -108,11 +108,16 @@ dbg "$ROOTA" "cat /etc/systemd/system/tabcast.service" >"$work/unit"
 for l in 'User=tabcast' 'ProtectSystem=strict' 'ProtectHome=yes' 'PrivateTmp=yes' 'NoNewPrivileges=yes' \
 	'AmbientCapabilities=CAP_NET_BIND_SERVICE' 'CapabilityBoundingSet=CAP_NET_BIND_SERVICE' \
 	'ReadWritePaths=/var/lib/tabcast /etc/tabcast' 'Restart=on-failure' 'StateDirectory=tabcast' \
-	'Type=notify' 'WatchdogSec=30s'; do
+	'Type=notify' 'WatchdogSec=30s' 'Delegate=yes' 'ExecStartPre=+/usr/lib/tabcast/libexec/browser-wall'; do
 	grep -qx "$l" "$work/unit" || fail "tabcast.service lacks $l"
 done
 if grep '^ExecStart' "$work/unit" | grep -q -- '--no-sandbox'; then fail "tabcast.service passes --no-sandbox"; fi
-ok "rootA: /etc/systemd/system/tabcast.service (tabcast user, hardening, notify + watchdog, no --no-sandbox)"
+ok "rootA: /etc/systemd/system/tabcast.service (tabcast user, hardening, notify + watchdog, the browser wall, no --no-sandbox)"
+exists /usr/lib/tabcast/libexec/browser-wall regular
+dbg "$ROOTA" "cat /usr/lib/tabcast/libexec/browser-wall" >"$work/o"
+grep -q 'socket cgroupv2 level 3 "$unit/browser" ip daddr != 127.0.0.0/8' "$work/o" ||
+	fail "rootA: browser-wall does not limit the browser cgroup to loopback"
+ok "rootA: /usr/lib/tabcast/libexec/browser-wall (the browser cgroup reaches loopback only)"
 for u in tabcast tabcast-console; do
 	exists "/etc/systemd/system/multi-user.target.wants/$u.service" symlink
 done

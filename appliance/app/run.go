@@ -231,6 +231,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		Path: cfg.Browser.Path, Headless: cfg.Browser.Headless, NoSandbox: cfg.Browser.NoSandbox,
 		ExtraFlags:   append(append([]string{}, cfg.Browser.ExtraFlags...), flags...),
 		StartTimeout: cfg.Browser.StartTimeout, Logger: log.With("component", "browser"),
+		Cgroup: cfg.Browser.Cgroup,
 	}
 	a.browser, err = browser.Launch(ctx, bopts)
 	if err != nil {

@@ -100,6 +100,10 @@ type Browser struct {
 	// Isolation: shared (a BrowserContext per session in one Chromium) or
 	// per-session (a Chromium per session: a browser crash reaches one).
 	Isolation string `koanf:"isolation"`
+	// Cgroup, if set, is the cgroup v2 directory Chromium starts in: the
+	// image's second egress wall lets it reach loopback only
+	// (image/rootfs/usr/lib/tabcast/libexec/browser-wall).
+	Cgroup string `koanf:"cgroup"`
 }
 
 // Sessions are the session budgets.

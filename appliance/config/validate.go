@@ -134,6 +134,9 @@ func validate(cfg *Config, origin func(string) string) []error {
 	c.startURL("browser.startURL", b.StartURL)
 	c.intRange("browser.width", b.Width, minWidth, maxWidth)
 	c.enum("browser.isolation", b.Isolation, "shared", "per-session")
+	if b.Cgroup != "" && (!filepath.IsAbs(b.Cgroup) || filepath.Clean(b.Cgroup) != b.Cgroup || !strings.HasPrefix(b.Cgroup, "/sys/fs/cgroup/")) {
+		c.fail("browser.cgroup", "must be a clean absolute path under /sys/fs/cgroup/ (a cgroup v2 directory), or empty")
+	}
 	c.intRange("browser.height", b.Height, minHeight, maxHeight)
 
 	c.intRange("sessions.max", cfg.Sessions.Max, 1, 64)

@@ -81,7 +81,8 @@ type Options struct {
 	// (clone3's CLONE_INTO_CGROUP, so not one of its processes runs
 	// outside it), made if missing. The image's nftables rule lets that
 	// cgroup reach loopback only: the second wall behind the egress proxy,
-	// holding even if Chromium ignored --proxy-server (docs/security.md).
+	// holding even if Chromium ignored --proxy-server (docs/architecture.md,
+	// "The egress wall").
 	Cgroup string
 }
 

@@ -251,8 +251,12 @@ func openCgroup(path string) (*os.File, error) {
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("cgroup %q: not an absolute path", path)
 	}
-	if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("cgroup %s: %w", path, err)
+	// Made only when missing: the image's service sees /sys/fs/cgroup
+	// read-only (ProtectControlGroups) with the cgroup made for it.
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("cgroup %s: %w", path, err)
+		}
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {

@@ -98,6 +98,7 @@ func TestApplianceImage(t *testing.T) {
 	}
 	idleFigures(ctx, t, v)
 	encoderSelfTest(ctx, t, v)
+	browserWall(ctx, t, v)
 
 	// --- updates ------------------------------------------------------------
 	slotBefore := currentSlot(ctx, t, v)
@@ -496,4 +497,61 @@ func waitBlessed(ctx context.Context, t *testing.T, v *vm, slot string) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// browserCgroup is the image's browser.cgroup (libexec/browser-wall).
+const browserCgroup = "/sys/fs/cgroup/system.slice/tabcast.service/browser"
+
+// browserWall checks the second egress wall in the booted guest: every
+// Chromium process runs in the browser cgroup, and from that cgroup a
+// connection to the box's own LAN address is refused while loopback is
+// reached; the same connection from outside the cgroup succeeds, so the
+// refusal is the wall's. (The guest's network is restricted: the box's own
+// address, where the panel listens on every interface, is the non-loopback
+// address a browser could otherwise reach.)
+func browserWall(ctx context.Context, t *testing.T, v *vm) {
+	t.Helper()
+	out := v.mustSh(ctx, `for p in $(pgrep -u tabcast -f /usr/lib/chromium/chromium); do echo "$p $(grep '^0::' /proc/$p/cgroup 2>/dev/null)"; done`)
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue // exited between pgrep and the read
+		}
+		n++
+		if f[1] != "0::"+strings.TrimPrefix(browserCgroup, "/sys/fs/cgroup") {
+			t.Errorf("Chromium process %s runs in %s, outside the browser cgroup", f[0], f[1])
+		}
+	}
+	if n < 3 {
+		t.Errorf("found %d Chromium processes of the tabcast user, want the browser, its zygote and a renderer at least:\n%s", n, out)
+	}
+	connect := func(inCgroup bool, addr string) error {
+		enter := ""
+		if inCgroup {
+			enter = "echo $$ > " + browserCgroup + "/cgroup.procs && "
+		}
+		_, err := v.sh(ctx, fmt.Sprintf(`sh -c '%sexec timeout 5 bash -c "exec 3<>/dev/tcp/%s/443"'`, enter, addr))
+		return err
+	}
+	lan := strings.Fields(v.mustSh(ctx, "hostname -I"))
+	if len(lan) == 0 {
+		t.Fatal("the guest has no address of its own")
+	}
+	if err := connect(false, lan[0]); err != nil {
+		t.Fatalf("outside the browser cgroup, %s:443 (the panel) is not reached: %v (the wall test needs it)", lan[0], err)
+	}
+	if err := connect(true, "127.0.0.1"); err != nil {
+		t.Errorf("from the browser cgroup, loopback (127.0.0.1:443) is not reached: %v", err)
+	}
+	if err := connect(true, lan[0]); err == nil {
+		t.Errorf("from the browser cgroup, the box's LAN address %s:443 was reached: the second wall does not hold", lan[0])
+	}
+	// The refusal is the rule's: its counter moved.
+	table := v.mustSh(ctx, "nft list table inet tabcast_browser")
+	m := regexp.MustCompile(`ip daddr != 127\.0\.0\.0/8 counter packets (\d+)`).FindStringSubmatch(table)
+	if m == nil || m[1] == "0" {
+		t.Errorf("the wall's IPv4 rule counted no packet:\n%s", table)
+	}
+	t.Logf("second wall: %d Chromium processes in %s; from it, %s:443 refused and 127.0.0.1:443 reached", n, browserCgroup, lan[0])
 }
