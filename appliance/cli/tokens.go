@@ -47,7 +47,7 @@ func cmdTokens(args []string, stdout, stderr io.Writer) int {
 		if sub == "create" {
 			fs.StringVar(&user, "user", "", "user the token acts as")
 			fs.StringVar(&role, "role", string(access.RoleOperator), "role: admin, operator or viewer")
-			fs.StringVar(&scopes, "scopes", "read,control", "comma-separated scopes: read, control, admin")
+			fs.StringVar(&scopes, "scopes", "read,control", "comma-separated scopes: read, control, admin, cdp")
 			fs.StringVar(&ttl, "ttl", "", `lifetime, e.g. "720h"; "" never expires`)
 		}
 	})

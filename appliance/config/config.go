@@ -43,6 +43,20 @@ type Config struct {
 type Agent struct {
 	// AllowEval lets admin-scoped callers run JavaScript in pages.
 	AllowEval bool `koanf:"allowEval"`
+	// CDP serves the session-scoped DevTools endpoint
+	// (/api/v1/sessions/{id}/cdp): a CDP client runs script in the page,
+	// the same trust as AllowEval, so it is off by default.
+	CDP bool `koanf:"cdp"`
+	// CDPMaxConnections bounds the CDP clients of one session.
+	CDPMaxConnections int `koanf:"cdpMaxConnections"`
+	// CDPMaxMessageBytes: a client message over it closes the connection
+	// (WebSocket close 1009).
+	CDPMaxMessageBytes int `koanf:"cdpMaxMessageBytes"`
+	// CDPInputDeadline is how long a client's input waits under exclusive
+	// human control before it fails with human_in_control.
+	CDPInputDeadline time.Duration `koanf:"cdpInputDeadline"`
+	// CDPIdleTimeout ends a connection that sent nothing for this long.
+	CDPIdleTimeout time.Duration `koanf:"cdpIdleTimeout"`
 }
 
 // Input is the policy the appliance enforces on human and agent input.

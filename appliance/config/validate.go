@@ -225,6 +225,12 @@ func validate(cfg *Config, origin func(string) string) []error {
 		c.fail("webrtc.relayOnly", "needs the relay: set turn.enabled")
 	}
 
+	ag := cfg.Agent
+	c.intRange("agent.cdpMaxConnections", ag.CDPMaxConnections, 1, 64)
+	c.intRange("agent.cdpMaxMessageBytes", ag.CDPMaxMessageBytes, 64<<10, 64<<20)
+	c.durRange("agent.cdpInputDeadline", ag.CDPInputDeadline, time.Second, 5*time.Minute)
+	c.durRange("agent.cdpIdleTimeout", ag.CDPIdleTimeout, 10*time.Second, 24*time.Hour)
+
 	in := cfg.Input
 	for i, sc := range in.BlockedShortcuts {
 		if strings.TrimSpace(sc) == "" || len(sc) > 64 {

@@ -169,7 +169,7 @@ async function revokeToken(id, btn) {
 $("token-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   $("token-error").textContent = "";
-  const scopes = ["read", "control", "admin"].filter((s) => $(`token-scope-${s}`).checked);
+  const scopes = ["read", "control", "admin", "cdp"].filter((s) => $(`token-scope-${s}`).checked);
   const body = {
     name: $("token-name").value.trim(),
     user: $("token-user").value.trim(),

@@ -50,10 +50,14 @@ const (
 	ScopeControl = "control"
 	// ScopeAdmin manages tokens and reads the audit log (admins only).
 	ScopeAdmin = "admin"
+	// ScopeCDP attaches a DevTools Protocol client to a session it may
+	// operate (operators and admins). A separate scope because a CDP
+	// client runs script in the page, which control alone does not allow.
+	ScopeCDP = "cdp"
 )
 
 // AllScopes in a stable order.
-var AllScopes = []string{ScopeRead, ScopeControl, ScopeAdmin}
+var AllScopes = []string{ScopeRead, ScopeControl, ScopeAdmin, ScopeCDP}
 
 // Method says how a principal was authenticated.
 const (
@@ -85,7 +89,7 @@ func (p Principal) Has(scope string) bool {
 	if scope == ScopeAdmin && p.Role != RoleAdmin {
 		return false
 	}
-	if scope == ScopeControl && p.Role == RoleViewer {
+	if (scope == ScopeControl || scope == ScopeCDP) && p.Role == RoleViewer {
 		return false
 	}
 	if p.Method == MethodToken {
@@ -113,6 +117,13 @@ func (p Principal) CanOperate(owner string) bool {
 		return false
 	}
 	return p.Role == RoleAdmin || p.User == owner
+}
+
+// CanCDP reports whether the principal may attach a DevTools Protocol
+// client to a session: whoever may operate it (the CDP client drives it)
+// and also holds the cdp scope (the client can run script in the page).
+func (p Principal) CanCDP(owner string) bool {
+	return p.Has(ScopeCDP) && p.CanOperate(owner)
 }
 
 type ctxKey struct{}

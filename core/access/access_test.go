@@ -148,6 +148,7 @@ func TestTokens(t *testing.T) {
 		{"n", "u", RoleOperator, nil},
 		{"n", "u", RoleOperator, []string{"write"}},
 		{"n", "u", RoleOperator, []string{ScopeAdmin}},
+		{"n", "u", RoleViewer, []string{ScopeRead, ScopeCDP}},
 	} {
 		if _, _, err := tk.Create(c.name, c.user, c.role, c.scopes, 0); err == nil {
 			t.Errorf("Create(%+v) accepted", c)
@@ -184,6 +185,32 @@ func TestRules(t *testing.T) {
 		}
 		if got := c.p.CanCreate(); got != c.new {
 			t.Errorf("%s: CanCreate = %v", c.name, got)
+		}
+	}
+}
+
+func TestCDPRule(t *testing.T) {
+	cdpTok := Principal{User: "o", Role: RoleOperator, Method: MethodToken, Scopes: []string{ScopeRead, ScopeControl, ScopeCDP}}
+	ctlTok := Principal{User: "o", Role: RoleOperator, Method: MethodToken, Scopes: []string{ScopeRead, ScopeControl}}
+	cdpOnly := Principal{User: "o", Role: RoleOperator, Method: MethodToken, Scopes: []string{ScopeRead, ScopeCDP}}
+	for _, c := range []struct {
+		name  string
+		p     Principal
+		owner string
+		want  bool
+	}{
+		{"admin login, other's", Principal{User: "a", Role: RoleAdmin, Method: MethodCookie}, "x", true},
+		{"operator login, own", Principal{User: "o", Role: RoleOperator, Method: MethodCookie}, "o", true},
+		{"operator login, other's", Principal{User: "o", Role: RoleOperator, Method: MethodCookie}, "x", false},
+		{"viewer login, own", Principal{User: "v", Role: RoleViewer, Method: MethodCookie}, "v", false},
+		{"cdp token, own", cdpTok, "o", true},
+		{"cdp token, other's", cdpTok, "x", false},
+		{"token without cdp", ctlTok, "o", false},
+		{"token without control", cdpOnly, "o", false},
+		{"viewer token with cdp", Principal{User: "v", Role: RoleViewer, Method: MethodToken, Scopes: []string{ScopeRead, ScopeControl, ScopeCDP}}, "v", false},
+	} {
+		if got := c.p.CanCDP(c.owner); got != c.want {
+			t.Errorf("%s: CanCDP = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

@@ -200,6 +200,9 @@ func (t *Tokens) Create(name, user string, role Role, scopes []string, ttl time.
 		if s == ScopeAdmin && role != RoleAdmin {
 			return "", TokenInfo{}, errors.New("scope admin needs role admin")
 		}
+		if s == ScopeCDP && role == RoleViewer {
+			return "", TokenInfo{}, errors.New("scope cdp needs role operator or admin")
+		}
 	}
 	id := hex.EncodeToString(randomBytes(6))
 	secret := tokenPrefix + id + "_" + b64(randomBytes(32))
