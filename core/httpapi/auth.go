@@ -199,6 +199,15 @@ func (a *api) withAuth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// A CDP ticket stands for the principal who made it: the one
+		// credential a client that only takes a URL can carry.
+		if id, secret, ok := cdpTicketRequest(r); ok {
+			p, ok := a.ticketPrincipal(w, r, id, secret)
+			if ok {
+				next.ServeHTTP(w, r.WithContext(access.WithPrincipal(r.Context(), p)))
+			}
+			return
+		}
 		p, ok := a.authenticate(w, r)
 		if !ok {
 			return

@@ -53,7 +53,9 @@ type Options struct {
 	// figures of /metrics; nil = the core and Chromium only.
 	Processes func() []telemetry.Process
 	// Agent serves the agent command API; nil = none.
-	Agent  *agent.Service
+	Agent *agent.Service
+	// CDP serves the session-scoped DevTools Protocol endpoint.
+	CDP    CDPOptions
 	Logger *slog.Logger
 
 	snapshots *testSources // tests: instead of Sessions
@@ -97,6 +99,7 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /api/v1/sessions/{id}/uploads", a.uploads)
 	mux.HandleFunc("PUT /api/v1/sessions/{id}/uploads/{name}", a.putUpload)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/agent", a.agentCommand)
+	a.routeCDP(mux)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/control", a.control)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/human/{rid}/done", a.humanDone)
 	mux.HandleFunc("POST /api/v1/sessions/{id}/invites", a.invite)
@@ -177,7 +180,10 @@ func panelHeaders(h http.Handler) http.Handler {
 	})
 }
 
-type api struct{ o Options }
+type api struct {
+	o       Options
+	tickets *cdpTickets
+}
 
 func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 	if a.o.Ready != nil {
