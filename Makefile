@@ -20,7 +20,7 @@ IMAGE_PKGS := mmdebstrap fdisk e2fsprogs dosfstools mtools zstd \
 # slower and their deadlines noisier.
 TESTFLAGS ?= -count=1 -p 1 -timeout 40m
 
-.PHONY: help deps image-deps build run test test-unit vet bench proto image image-test clean
+.PHONY: help deps npm-deps image-deps build run test test-unit vet bench proto image image-test clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -40,6 +40,18 @@ deps: ## install the Debian packages Tabcast needs (idempotent)
 	  echo "deps: coturn is only the benchmark's baseline: stopping its service (it would hold 3478)"; \
 	  systemctl disable --now coturn >/dev/null 2>&1 || true; fi
 
+# The CDP test clients (playwright-core, puppeteer-core) at the versions
+# pinned in test/npm/package-lock.json. --ignore-scripts and the SKIP
+# variables: no install script runs and no browser is downloaded; the
+# clients drive the appliance's own Chromium through its CDP endpoint.
+# Skipped when node_modules matches the lock file already.
+NPM_DIR := test/npm
+npm-deps: ## install the e2e tests' and bench's CDP clients from npm (pinned, no browser download)
+	@command -v npm >/dev/null 2>&1 || { echo "npm-deps: npm is missing (Debian: apt-get install nodejs npm)"; exit 1; }
+	@if [ -f $(NPM_DIR)/node_modules/.package-lock.json ] && cmp -s <(sed -n '/"packages"/,$$p' $(NPM_DIR)/package-lock.json | grep -v '"": {' | grep '"node_modules/' ) <(grep '"node_modules/' $(NPM_DIR)/node_modules/.package-lock.json); then \
+	  echo "npm-deps: all present"; else \
+	  cd $(NPM_DIR) && PUPPETEER_SKIP_DOWNLOAD=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund; fi
+
 image-deps: ## install what the image build and its boot test need (idempotent)
 	$(call apt-install,$(IMAGE_PKGS))
 
@@ -56,7 +68,7 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags imagetest ./test/image
 
-test: deps build vet ## set up and run every test (unit, plugin processes, end to end)
+test: deps npm-deps build vet ## set up and run every test (unit, plugin processes, end to end)
 	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) ./...
 
 # test-unit is `go test -short`: internal/testenv skips each test that
@@ -64,7 +76,7 @@ test: deps build vet ## set up and run every test (unit, plugin processes, end t
 test-unit: build ## the fast loop (-short): skips test/e2e and every test needing Chromium or network namespaces
 	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) test -short $(TESTFLAGS) $$($(GO) list ./... | grep -v '/test/e2e$$')
 
-bench: deps build ## measure the media path (figures, never pass/fail)
+bench: deps npm-deps build ## measure the media path (figures, never pass/fail)
 	TABCAST_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench
 
 proto: ## regenerate the plugin protos (committed)

@@ -303,6 +303,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			Sessions: a.sessions, Signal: a.signal, Panel: web.FS, Status: a.status, Ready: a.ready, Plugins: a.pluginMetrics,
 			Auth: a.gate.opts, Agent: a.agents, Metrics: a.extraMetrics, Logger: log.With("component", "http"),
 			Telemetry: tm, Processes: a.pluginProcesses,
+			CDP: httpapi.CDPOptions{Enabled: cfg.Agent.CDP, MaxMessageBytes: cfg.Agent.CDPMaxMessageBytes},
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
