@@ -1,0 +1,463 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/tabcast/tabcast/test/harness"
+	"github.com/tabcast/tabcast/test/viewer"
+)
+
+// cdpSets turn the endpoint on over HTTPS (the clients verify the
+// appliance's certificate, and the discovery answer must say wss), with
+// small bounds the refusal tests reach.
+var cdpSets = []string{"server.tls=on", "agent.cdp=true", "agent.cdpMaxConnections=2", "agent.cdpMaxMessageBytes=65536"}
+
+// TestCDPClients: Playwright (connectOverCDP with a header) and Puppeteer
+// (a ticket URL) drive the session people watch through the appliance's
+// CDP endpoint, see only that session, are refused what the allow list
+// leaves out, stay under the navigation policy; a Go viewer sees the
+// click; everything not allowed is refused before the upgrade.
+func TestCDPClients(t *testing.T) {
+	f := cdpPages(t)
+	denied, deniedHits := deniedServer(t)
+	// The screencast: a still page sends no frames, so the click's frame
+	// is the click's.
+	a, s := startWithSession(t, f.URL+"/solid?c=224466", append(slices.Clone(cdpSets), "video.capture=cdp")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	admin := makeToken(t, a, "playwright", "admin", "admin", "read", "control", "cdp")
+
+	// Another session of the same owner, and one of another owner.
+	var other struct{ Session struct{ ID string } }
+	if err := a.Do(ctx, "POST", "/api/v1/sessions", `{"url":"`+f.URL+`/solid?c=113311"}`, &other); err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.AddUser(a.UsersFile, "op", "operator", "op password 1"); err != nil {
+		t.Fatal(err)
+	}
+	op := makeToken(t, a, "op-cdp", "op", "operator", "read", "control", "cdp")
+	st, body, _ := call{method: "POST", path: "/api/v1/sessions", body: `{"url":"` + f.URL + `/solid?c=331111"}`, token: op}.do(t, a)
+	var opSess struct{ Session struct{ ID string } }
+	if err := json.Unmarshal([]byte(body), &opSess); err != nil || st != 201 {
+		t.Fatalf("op's session: %d %s", st, body)
+	}
+	others := append(cdpTargets(t, a, other.Session.ID, admin), cdpTargets(t, a, opSess.Session.ID, op)...)
+
+	// Discovery answers as Chromium's, pointing back at the appliance.
+	httpURL, wsURL := cdpURL(a, s.ID)
+	for _, p := range []string{"/json/version", "/json/version/"} {
+		st, body, _ := call{method: "GET", path: "/api/v1/sessions/" + s.ID + "/cdp" + p, token: admin}.do(t, a)
+		var v struct {
+			Browser  string `json:"Browser"`
+			Protocol string `json:"Protocol-Version"`
+			WS       string `json:"webSocketDebuggerUrl"`
+		}
+		if err := json.Unmarshal([]byte(body), &v); err != nil || st != 200 || v.WS != wsURL || !strings.HasPrefix(v.WS, "wss://") || v.Browser == "" || v.Protocol == "" {
+			t.Errorf("%s: %d %s (want webSocketDebuggerUrl %s)", p, st, body, wsURL)
+		}
+	}
+	for _, p := range []string{"/json/list", "/json"} {
+		st, body, _ := call{method: "GET", path: "/api/v1/sessions/" + s.ID + "/cdp" + p, token: admin}.do(t, a)
+		if st != 200 || !strings.Contains(body, `"webSocketDebuggerUrl":"`+wsURL+`"`) || strings.Contains(body, "devtools/page") {
+			t.Errorf("%s: %d %s", p, st, body)
+		}
+	}
+
+	// A Go viewer watches the session throughout.
+	var (
+		mu     sync.Mutex
+		frames []time.Time
+	)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		_, _ = viewer.Watch(wctx, viewer.Options{BaseURL: a.URL, Token: a.Token, HTTPClient: a.Client, SessionID: s.ID, Codec: "vp8", For: 4 * time.Minute,
+			OnFrame: func(fr viewer.Frame) { mu.Lock(); frames = append(frames, fr.Arrived); mu.Unlock() }})
+	}()
+	framesSince := func(t0 time.Time) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, at := range frames {
+			if at.After(t0) {
+				n++
+			}
+		}
+		return n
+	}
+	lastFrame := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(frames) == 0 {
+			return time.Time{}
+		}
+		return frames[len(frames)-1]
+	}
+
+	t.Run("playwright", func(t *testing.T) {
+		pw := runNode(t, ctx, a, "playwright-flow.mjs", "CDP_URL="+httpURL, "TOKEN="+admin, "PAGE="+f.URL,
+			"DENIED="+denied.URL+"/secret", "OTHER_TARGETS="+strings.Join(others, ","))
+		pw.expect(t, "connected", time.Minute)
+		pw.expect(t, "before-click", time.Minute)
+		// A still picture first (the screencast's idle repeats end 3 s
+		// after the last change), so that a frame after the click is the
+		// click's.
+		deadline := time.Now().Add(20 * time.Second)
+		for lf := lastFrame(); lf.IsZero() || time.Since(lf) < 1500*time.Millisecond; lf = lastFrame() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the picture never went still (last frame %v ago, %d frames)", time.Since(lf), framesSince(time.Time{}))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		before := time.Now()
+		pw.proceed(t)
+		pw.expect(t, "clicked", 30*time.Second)
+		for framesSince(before) == 0 {
+			if time.Since(before) > 10*time.Second {
+				t.Fatalf("the viewer saw no new frame within 10 s of the click\n%s", a.LogTail(2000))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("the viewer's first frame after the click: %v after the go", time.Since(before).Round(time.Millisecond))
+
+		pop := pw.expect(t, "popup", 30*time.Second)
+		r := mustAgent(t, a, s.ID, map[string]any{"command": "tabs"})
+		if !strings.Contains(string(r.Data), "/solid?c=aa3300") {
+			t.Errorf("the session's tabs lack the popup %s: %s", pop, r.Data)
+		}
+		pw.proceed(t)
+		pw.expect(t, "discovering", 30*time.Second)
+		// The other sessions' pages change while the client listens.
+		for _, id := range []string{other.Session.ID} {
+			mustAgent(t, a, id, map[string]any{"command": "navigate", "url": f.URL + "/solid?c=335533"})
+		}
+		pw.proceed(t)
+		var res struct {
+			Contexts       int      `json:"contexts"`
+			PagesAtConnect []string `json:"pagesAtConnect"`
+			Filled         string   `json:"filled"`
+			ScreenshotPNG  bool     `json:"screenshotPNG"`
+			ScreenshotB    int      `json:"screenshotBytes"`
+			Page           struct {
+				Done    string `json:"done"`
+				OK      bool   `json:"ok"`
+				Blocked bool   `json:"blocked"`
+			} `json:"page"`
+			Popup struct {
+				URL   string `json:"url"`
+				Pages int    `json:"pages"`
+			} `json:"popup"`
+			DeniedGoto   outcome `json:"deniedGoto"`
+			DeniedRoute  outcome `json:"deniedRoute"`
+			Targets      []struct{ ID, URL string }
+			EventTargets []string           `json:"eventTargets"`
+			AttachOther  []outcome          `json:"attachOther"`
+			Refused      map[string]outcome `json:"refused"`
+			Alive        outcome            `json:"alive"`
+		}
+		if err := json.Unmarshal(pw.expect(t, "RESULT", time.Minute), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Contexts != 1 || len(res.PagesAtConnect) != 1 || !strings.Contains(res.PagesAtConnect[0], "c=224466") {
+			t.Errorf("at connect: %d contexts, pages %v; want the one streamed page", res.Contexts, res.PagesAtConnect)
+		}
+		if res.Filled != "ada" || res.Page.Done != "clicked ada" {
+			t.Errorf("fill/click: filled %q, page says %q", res.Filled, res.Page.Done)
+		}
+		if !res.ScreenshotPNG || res.ScreenshotB < 1000 {
+			t.Errorf("screenshot: PNG %v, %d bytes", res.ScreenshotPNG, res.ScreenshotB)
+		}
+		if !res.Page.OK || res.Page.Blocked || f.hit("/blocked.js") != 0 || f.hit("/ok.js") == 0 {
+			t.Errorf("page.route: ok.js loaded %v (hits %d), blocked.js loaded %v (hits %d)", res.Page.OK, f.hit("/ok.js"), res.Page.Blocked, f.hit("/blocked.js"))
+		}
+		if res.Popup.Pages != 2 || !strings.Contains(res.Popup.URL, "c=aa3300") {
+			t.Errorf("popup: %+v", res.Popup)
+		}
+		for what, o := range map[string]outcome{"goto": res.DeniedGoto, "route continue": res.DeniedRoute} {
+			if o.OK && string(o.Value) != "403" {
+				t.Errorf("a refused address through %s: %+v", what, o)
+			}
+		}
+		if *deniedHits != 0 {
+			t.Errorf("the refused server was reached %d times", *deniedHits)
+		}
+		if len(res.Targets) == 0 {
+			t.Error("getTargets: none")
+		}
+		for _, tg := range res.Targets {
+			if slices.Contains(others, tg.ID) {
+				t.Errorf("getTargets shows another session's target %s (%s)", tg.ID, tg.URL)
+			}
+		}
+		for _, id := range res.EventTargets {
+			if slices.Contains(others, id) {
+				t.Errorf("an event named another session's target %s", id)
+			}
+		}
+		if len(res.AttachOther) != len(others) {
+			t.Errorf("attach attempts: %d, want %d", len(res.AttachOther), len(others))
+		}
+		for i, o := range res.AttachOther {
+			if o.OK {
+				t.Errorf("attached to another session's target %s", others[i])
+			}
+		}
+		for m, o := range res.Refused {
+			if o.OK || !strings.Contains(o.Error, "not_allowed") {
+				t.Errorf("%s: %+v, want a CDP error with not_allowed", m, o)
+			}
+		}
+		if len(res.Refused) < 9 {
+			t.Errorf("refused methods tried: %d", len(res.Refused))
+		}
+		if !res.Alive.OK || string(res.Alive.Value) != "42" {
+			t.Errorf("the page after the refusals: %+v", res.Alive)
+		}
+	})
+
+	t.Run("puppeteer-ticket", func(t *testing.T) {
+		st, body, _ := call{method: "POST", path: "/api/v1/sessions/" + s.ID + "/cdp/ticket", token: admin}.do(t, a)
+		var tk struct {
+			URL       string    `json:"url"`
+			ExpiresAt time.Time `json:"expiresAt"`
+		}
+		if err := json.Unmarshal([]byte(body), &tk); err != nil || st != 200 || !strings.HasPrefix(tk.URL, wsURL+"?ticket=") {
+			t.Fatalf("ticket: %d %s", st, body)
+		}
+		if d := time.Until(tk.ExpiresAt); d < 30*time.Second || d > 61*time.Second {
+			t.Errorf("ticket expires in %v, want 60 s", d)
+		}
+		pp := runNode(t, ctx, a, "puppeteer-flow.mjs", "WS_URL="+tk.URL, "PAGE="+f.URL)
+		var res struct {
+			Page struct {
+				Done    string `json:"done"`
+				OK      bool   `json:"ok"`
+				Blocked bool   `json:"blocked"`
+			} `json:"page"`
+			ScreenshotB int     `json:"screenshotBytes"`
+			Alive       outcome `json:"alive"`
+		}
+		if err := json.Unmarshal(pp.expect(t, "RESULT", 2*time.Minute), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Page.Done != "clicked grace" || !res.Page.OK || res.Page.Blocked || res.ScreenshotB < 1000 || !res.Alive.OK {
+			t.Errorf("puppeteer flow: %+v", res)
+		}
+		// The ticket worked once.
+		if _, st, code, _ := dialCDP(ctx, a, tk.URL, "", nil); st != 401 || code != "permission_denied" {
+			t.Errorf("the ticket used again: %d %s, want 401 permission_denied", st, code)
+		}
+		// A ticket for this session does not open another.
+		_, body, _ = call{method: "POST", path: "/api/v1/sessions/" + s.ID + "/cdp/ticket", token: admin}.do(t, a)
+		_ = json.Unmarshal([]byte(body), &tk)
+		u, _ := url.Parse(tk.URL)
+		_, otherWS := cdpURL(a, other.Session.ID)
+		if _, st, code, _ := dialCDP(ctx, a, otherWS+"?"+u.RawQuery, "", nil); st != 401 || code != "permission_denied" {
+			t.Errorf("a ticket on another session: %d %s", st, code)
+		}
+	})
+
+	t.Run("refused-before-upgrade", func(t *testing.T) {
+		_, ownWS := cdpURL(a, s.ID)
+		for _, c := range []struct {
+			what   string
+			url    string
+			token  string
+			hdr    http.Header
+			status int
+			code   string
+		}{
+			{"no credential", ownWS, "", nil, 401, "permission_denied"},
+			{"a made-up ticket", ownWS + "?ticket=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "", nil, 401, "permission_denied"},
+			{"a token without the cdp scope", ownWS, a.Token, nil, 403, "forbidden"},
+			{"another owner's token", ownWS, op, nil, 404, "not_found"},
+			{"an unknown session", strings.Replace(ownWS, s.ID, "s-nope", 1), admin, nil, 404, "not_found"},
+			{"a page on another origin", ownWS, admin, http.Header{"Origin": {"https://evil.example"}}, 403, "origin_denied"},
+		} {
+			ws, st, code, _ := dialCDP(ctx, a, c.url, c.token, c.hdr)
+			if ws != nil {
+				ws.CloseNow()
+			}
+			if st != c.status || code != c.code {
+				t.Errorf("%s: %d %s, want %d %s", c.what, st, code, c.status, c.code)
+			}
+		}
+		st, body, _ := call{method: "GET", path: "/api/v1/sessions/" + s.ID + "/cdp/json/version", token: a.Token}.do(t, a)
+		if st != 403 || !strings.Contains(body, `"forbidden"`) {
+			t.Errorf("json/version without the cdp scope: %d %s", st, body)
+		}
+		st, _, _ = call{method: "POST", path: "/api/v1/sessions/" + s.ID + "/cdp/ticket", token: a.Token}.do(t, a)
+		if st != 403 {
+			t.Errorf("a ticket without the cdp scope: %d", st)
+		}
+	})
+
+	t.Run("bounds", func(t *testing.T) {
+		// agent.cdpMaxConnections=2: the third is refused before the upgrade.
+		var open []*websocket.Conn
+		defer func() {
+			for _, ws := range open {
+				ws.CloseNow()
+			}
+		}()
+		for i := range 2 {
+			ws, st, code, err := dialCDP(ctx, a, wsURL, admin, nil)
+			if ws == nil {
+				t.Fatalf("connection %d: %d %s %v", i+1, st, code, err)
+			}
+			open = append(open, ws)
+		}
+		if ws, st, code, _ := dialCDP(ctx, a, wsURL, admin, nil); ws != nil || st != 429 || code != "too_many_connections" {
+			t.Errorf("a third connection: %d %s, want 429 too_many_connections", st, code)
+		}
+		// agent.cdpMaxMessageBytes=65536: a larger message closes with 1009.
+		ws := open[0]
+		_ = ws.Write(ctx, websocket.MessageText, []byte(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"`+strings.Repeat("x", 70000)+`"}}`))
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer rcancel()
+		var err error
+		for err == nil {
+			_, _, err = ws.Read(rctx)
+		}
+		if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+			t.Errorf("a 70 kB message: %v, want close 1009", err)
+		}
+	})
+}
+
+// TestCDPOffByDefault: without agent.cdp every CDP route answers 403
+// cdp_disabled, even to a caller holding the scope.
+func TestCDPOffByDefault(t *testing.T) {
+	f := cdpPages(t)
+	a, s := startWithSession(t, f.URL+"/solid?c=224466", "server.tls=on")
+	tok := makeToken(t, a, "cdp", "admin", "admin", "read", "control", "cdp")
+	for _, p := range []string{"/cdp/json/version", "/cdp/json/version/", "/cdp/json/list", "/cdp/json"} {
+		st, body, _ := call{method: "GET", path: "/api/v1/sessions/" + s.ID + p, token: tok}.do(t, a)
+		if st != 403 || !strings.Contains(body, `"cdp_disabled"`) {
+			t.Errorf("%s: %d %s", p, st, body)
+		}
+	}
+	if st, body, _ := (call{method: "POST", path: "/api/v1/sessions/" + s.ID + "/cdp/ticket", token: tok}).do(t, a); st != 403 || !strings.Contains(body, `"cdp_disabled"`) {
+		t.Errorf("ticket: %d %s", st, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, wsURL := cdpURL(a, s.ID)
+	if ws, st, code, _ := dialCDP(ctx, a, wsURL, tok, nil); ws != nil || st != 403 || code != "cdp_disabled" {
+		t.Errorf("upgrade: %d %s", st, code)
+	}
+}
+
+// TestCDPHumanControl: a CDP client's input is fenced with the people: its
+// click waits while a person holds exclusive control and completes after
+// the release, fails with human_in_control at agent.cdpInputDeadline, and
+// a button it holds is released within 1 s of its disconnecting.
+func TestCDPHumanControl(t *testing.T) {
+	f := cdpPages(t)
+	a, _ := startWithSession(t, f.URL+"/solid?c=224466", "server.tls=on", "agent.cdp=true", "agent.cdpInputDeadline=3s")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var created struct{ Session struct{ ID string } }
+	if err := a.Do(ctx, "POST", "/api/v1/sessions", `{"url":"`+f.URL+`/solid?c=101010","control":"exclusive"}`, &created); err != nil {
+		t.Fatal(err)
+	}
+	id := created.Session.ID
+	tok := makeToken(t, a, "holder", "admin", "admin", "read", "control", "cdp")
+	control := func(action string) {
+		t.Helper()
+		if err := a.Do(ctx, "POST", "/api/v1/sessions/"+id+"/control", `{"action":"`+action+`"}`, nil); err != nil {
+			t.Fatalf("control %s: %v", action, err)
+		}
+	}
+	httpURL, _ := cdpURL(a, id)
+	n := runNode(t, ctx, a, "hold.mjs", "CDP_URL="+httpURL, "TOKEN="+tok, "PAGE="+f.URL)
+
+	// 1. The click waits for the release, then completes.
+	n.expect(t, "ready-wait", time.Minute)
+	control("take")
+	n.proceed(t)
+	n.expect(t, "clicking", 10*time.Second)
+	time.Sleep(1500 * time.Millisecond)
+	if d := f.eventsOf("mousedown"); len(d) != 0 {
+		t.Fatalf("the click reached the page while a person held control: %v", d)
+	}
+	released := time.Now()
+	control("release")
+	var step1 struct {
+		Waited   outcome `json:"waited"`
+		WaitedMs int     `json:"waitedMs"`
+	}
+	if err := json.Unmarshal(n.expect(t, "clicked", 30*time.Second), &step1); err != nil {
+		t.Fatal(err)
+	}
+	if !step1.Waited.OK {
+		t.Errorf("the waiting click: %+v", step1.Waited)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(f.eventsOf("mouseup")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if d := f.eventsOf("mousedown"); len(d) != 1 || d[0].at.Before(released.Add(-time.Second)) {
+		t.Errorf("mousedown events %v, want one after the release at %v", d, released)
+	}
+	t.Logf("the click waited %d ms under a person's control", step1.WaitedMs)
+
+	// 2. Held until the deadline: human_in_control.
+	n.expect(t, "ready-deadline", 10*time.Second)
+	control("take")
+	n.proceed(t)
+	var step2 struct {
+		Deadline   outcome `json:"deadline"`
+		DeadlineMs int     `json:"deadlineMs"`
+	}
+	if err := json.Unmarshal(n.expect(t, "deadline", 30*time.Second), &step2); err != nil {
+		t.Fatal(err)
+	}
+	if step2.Deadline.OK || !strings.Contains(step2.Deadline.Error, "human_in_control") {
+		t.Errorf("the click at the deadline: %+v, want human_in_control", step2.Deadline)
+	}
+	if step2.DeadlineMs < 2500 {
+		t.Errorf("the click failed after %d ms, before the 3 s deadline", step2.DeadlineMs)
+	}
+	control("release")
+
+	// 3. A held button is released when the client goes.
+	n.expect(t, "ready-hold", 10*time.Second)
+	ups := len(f.eventsOf("mouseup"))
+	n.proceed(t)
+	n.expect(t, "down", 20*time.Second)
+	deadline = time.Now().Add(5 * time.Second)
+	for len(f.eventsOf("mousedown")) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(f.eventsOf("mousedown")) < 2 {
+		t.Fatal("the held button never reached the page")
+	}
+	if err := n.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	deadline = time.Now().Add(10 * time.Second)
+	for len(f.eventsOf("mouseup")) == ups && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	up := f.eventsOf("mouseup")
+	if len(up) == ups {
+		t.Fatal("the button the client held was never released")
+	}
+	// The page's own clock (same machine) says when mouseup fired.
+	after := up[len(up)-1].at.Sub(killed)
+	t.Logf("mouseup %v after the client was killed", after)
+	if after > time.Second {
+		t.Errorf("the held button was released %v after the client went, want within 1 s", after)
+	}
+}
