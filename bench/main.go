@@ -75,18 +75,21 @@ type report struct {
 	Agent     *agentReport   `json:"agent,omitempty"`
 	Turn      *turnReport    `json:"turn,omitempty"`
 	Capped    *cappedReport  `json:"capped,omitempty"`
+	CDP       *cdpReport     `json:"cdp,omitempty"`
 }
 
 func main() {
 	name := flag.String("name", "media-720p", "result name: bench/results/<name>.json")
 	dur := flag.Duration("for", 10*time.Second, "how long each codec is watched")
-	only := flag.String("only", "", "run only this part: latency, agent, turn, capped, media or floor (the paint floor alone, printed) (writes bench/results/<part>.json)")
+	only := flag.String("only", "", "run only this part: latency, agent, cdp, turn, capped, media or floor (the paint floor alone, printed) (writes bench/results/<part>.json)")
 	flag.IntVar(&latencyClicks, "clicks", latencyClicks, "clicks measured per latency mode")
 	flag.Parse()
 	var err error
 	switch *only {
 	case "agent":
 		err = agentOnly()
+	case "cdp":
+		err = cdpOnly()
 	case "turn":
 		err = turnOnly()
 	case "latency":
@@ -109,7 +112,7 @@ func main() {
 // run is the whole bench, or with mediaOnly the capture paths alone (CPU,
 // delivery, still page) without the latency, agent, relay and session parts.
 func run(name string, dur time.Duration, mediaOnly bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/still" {
@@ -134,6 +137,9 @@ func run(name string, dur time.Duration, mediaOnly bool) error {
 		}
 		if rep.Agent, err = agentBench(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: agent:", err)
+		}
+		if rep.CDP, err = cdpBench(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: cdp:", err)
 		}
 		if rep.Turn, err = turnBench(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: turn:", err)
