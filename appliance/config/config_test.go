@@ -235,7 +235,7 @@ func TestFileErrors(t *testing.T) {
 		{"bare number duration", "browser:\n  startTimeout: 20\n", []string{`config: browser.startTimeout: wrong type: want duration`}},
 		{"duration range", "video:\n  keyframeInterval: 1m\n", []string{"config: video.keyframeInterval: out of range: 1m0s not in [500ms, 10s]"}},
 		{"cdp connections zero", "agent:\n  cdpMaxConnections: 0\n", []string{"config: agent.cdpMaxConnections: out of range: 0 not in [1, 64]"}},
-		{"cdp message tiny", "agent:\n  cdpMaxMessageBytes: 100\n", []string{"config: agent.cdpMaxMessageBytes: out of range: 100 not in [65536, 67108864]"}},
+		{"cdp message tiny", "agent:\n  cdpMaxMessageBytes: 100\n", []string{"config: agent.cdpMaxMessageBytes: out of range: 100 not in [1048576, 67108864]"}},
 		{"cdp deadline", "agent:\n  cdpInputDeadline: 10m\n", []string{"config: agent.cdpInputDeadline: out of range: 10m0s not in [1s, 5m0s]"}},
 		{"cdp bool", "agent:\n  cdp: yes please\n", []string{"config: agent.cdp: wrong type: want boolean"}},
 		{"negative duration", "plugins:\n  crashWindow: -5s\n", []string{"config: plugins.crashWindow: out of range: -5s"}},

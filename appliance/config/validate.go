@@ -227,7 +227,7 @@ func validate(cfg *Config, origin func(string) string) []error {
 
 	ag := cfg.Agent
 	c.intRange("agent.cdpMaxConnections", ag.CDPMaxConnections, 1, 64)
-	c.intRange("agent.cdpMaxMessageBytes", ag.CDPMaxMessageBytes, 64<<10, 64<<20)
+	c.intRange("agent.cdpMaxMessageBytes", ag.CDPMaxMessageBytes, 1<<20, 64<<20)
 	c.durRange("agent.cdpInputDeadline", ag.CDPInputDeadline, time.Second, 5*time.Minute)
 	c.durRange("agent.cdpIdleTimeout", ag.CDPIdleTimeout, 10*time.Second, 24*time.Hour)
 

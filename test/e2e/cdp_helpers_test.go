@@ -281,13 +281,20 @@ type outcome struct {
 // adminLogin returns the admin's login cookie and CSRF token.
 func adminLogin(t *testing.T, a *harness.Appliance) (*http.Cookie, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, csrf, err := a.Login(ctx, "admin", a.AdminPassword)
-	if err != nil {
-		t.Fatal(err)
+	for {
+		c, csrf, err := a.Login(ctx, "admin", a.AdminPassword)
+		if err == nil {
+			return c, csrf
+		}
+		// The auth plugin may still be starting on a loaded box (503
+		// auth_unavailable): try again until the deadline.
+		if ctx.Err() != nil || !strings.Contains(err.Error(), "HTTP 503") {
+			t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
-	return c, csrf
 }
 
 // makeToken creates an API token through the admin's login.
@@ -352,6 +359,111 @@ func cdpTargets(t *testing.T, a *harness.Appliance, id, token string) []string {
 	var ids []string
 	for _, l := range list {
 		ids = append(ids, l.ID)
+	}
+	return ids
+}
+
+// rawCDP is a bare CDP client on the endpoint's socket: commands by id,
+// events kept (bounded) for the test to read.
+type rawCDP struct {
+	ws     *websocket.Conn
+	mu     sync.Mutex
+	nextID int
+	wait   map[int]chan cdpReply
+	events []cdpReply
+	done   chan struct{}
+}
+
+type cdpReply struct {
+	ID     int             `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func openRawCDP(ctx context.Context, t *testing.T, a *harness.Appliance, wsURL, token string) *rawCDP {
+	t.Helper()
+	ws, st, code, err := dialCDP(ctx, a, wsURL, token, nil)
+	if ws == nil {
+		t.Fatalf("dial %s: %d %s %v", wsURL, st, code, err)
+	}
+	ws.SetReadLimit(64 << 20)
+	c := &rawCDP{ws: ws, wait: map[int]chan cdpReply{}, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for {
+			_, b, err := ws.Read(ctx)
+			if err != nil {
+				return
+			}
+			var r cdpReply
+			if json.Unmarshal(b, &r) != nil {
+				continue
+			}
+			c.mu.Lock()
+			if r.Method != "" {
+				if len(c.events) < 10000 {
+					c.events = append(c.events, r)
+				}
+			} else if ch, ok := c.wait[r.ID]; ok {
+				ch <- r
+				delete(c.wait, r.ID)
+			}
+			c.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { ws.CloseNow(); <-c.done })
+	return c
+}
+
+// call sends one command and waits for its answer.
+func (c *rawCDP) call(t *testing.T, method string, params any) cdpReply {
+	t.Helper()
+	c.mu.Lock()
+	c.nextID++
+	id := c.nextID
+	ch := make(chan cdpReply, 1)
+	c.wait[id] = ch
+	c.mu.Unlock()
+	b, _ := json.Marshal(map[string]any{"id": id, "method": method, "params": params})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.ws.Write(ctx, websocket.MessageText, b); err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	select {
+	case r := <-ch:
+		return r
+	case <-c.done:
+		t.Fatalf("%s: the connection ended", method)
+	case <-ctx.Done():
+		t.Fatalf("%s: no answer in 20 s", method)
+	}
+	return cdpReply{}
+}
+
+// targetIDs are the target ids named in the events so far.
+func (c *rawCDP) eventTargets() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for _, e := range c.events {
+		var p struct {
+			TargetInfo struct {
+				TargetID string `json:"targetId"`
+			} `json:"targetInfo"`
+			TargetID string `json:"targetId"`
+		}
+		_ = json.Unmarshal(e.Params, &p)
+		for _, id := range []string{p.TargetInfo.TargetID, p.TargetID} {
+			if id != "" {
+				ids = append(ids, id)
+			}
+		}
 	}
 	return ids
 }

@@ -19,7 +19,7 @@ import (
 // cdpSets turn the endpoint on over HTTPS (the clients verify the
 // appliance's certificate, and the discovery answer must say wss), with
 // small bounds the refusal tests reach.
-var cdpSets = []string{"server.tls=on", "agent.cdp=true", "agent.cdpMaxConnections=2", "agent.cdpMaxMessageBytes=65536"}
+var cdpSets = []string{"server.tls=on", "agent.cdp=true", "agent.cdpMaxConnections=2", "agent.cdpMaxMessageBytes=1048576"}
 
 // TestCDPClients: Playwright (connectOverCDP with a header) and Puppeteer
 // (a ticket URL) drive the session people watch through the appliance's
@@ -104,8 +104,7 @@ func TestCDPClients(t *testing.T) {
 	}
 
 	t.Run("playwright", func(t *testing.T) {
-		pw := runNode(t, ctx, a, "playwright-flow.mjs", "CDP_URL="+httpURL, "TOKEN="+admin, "PAGE="+f.URL,
-			"DENIED="+denied.URL+"/secret", "OTHER_TARGETS="+strings.Join(others, ","))
+		pw := runNode(t, ctx, a, "playwright-flow.mjs", "CDP_URL="+httpURL, "TOKEN="+admin, "PAGE="+f.URL, "DENIED="+denied.URL+"/secret")
 		pw.expect(t, "connected", time.Minute)
 		pw.expect(t, "before-click", time.Minute)
 		// A still picture first (the screencast's idle repeats end 3 s
@@ -129,16 +128,12 @@ func TestCDPClients(t *testing.T) {
 		}
 		t.Logf("the viewer's first frame after the click: %v after the go", time.Since(before).Round(time.Millisecond))
 
+		pw.expect(t, "pop-clicked", 30*time.Second)
+		pw.expect(t, "popup-event", 30*time.Second)
 		pop := pw.expect(t, "popup", 30*time.Second)
 		r := mustAgent(t, a, s.ID, map[string]any{"command": "tabs"})
 		if !strings.Contains(string(r.Data), "/solid?c=aa3300") {
 			t.Errorf("the session's tabs lack the popup %s: %s", pop, r.Data)
-		}
-		pw.proceed(t)
-		pw.expect(t, "discovering", 30*time.Second)
-		// The other sessions' pages change while the client listens.
-		for _, id := range []string{other.Session.ID} {
-			mustAgent(t, a, id, map[string]any{"command": "navigate", "url": f.URL + "/solid?c=335533"})
 		}
 		pw.proceed(t)
 		var res struct {
@@ -156,13 +151,10 @@ func TestCDPClients(t *testing.T) {
 				URL   string `json:"url"`
 				Pages int    `json:"pages"`
 			} `json:"popup"`
-			DeniedGoto   outcome `json:"deniedGoto"`
-			DeniedRoute  outcome `json:"deniedRoute"`
-			Targets      []struct{ ID, URL string }
-			EventTargets []string           `json:"eventTargets"`
-			AttachOther  []outcome          `json:"attachOther"`
-			Refused      map[string]outcome `json:"refused"`
-			Alive        outcome            `json:"alive"`
+			DeniedGoto  outcome `json:"deniedGoto"`
+			DeniedRoute outcome `json:"deniedRoute"`
+			Alive       outcome `json:"alive"`
+			PopupLoad   outcome `json:"popupLoad"`
 		}
 		if err := json.Unmarshal(pw.expect(t, "RESULT", time.Minute), &res); err != nil {
 			t.Fatal(err)
@@ -179,9 +171,11 @@ func TestCDPClients(t *testing.T) {
 		if !res.Page.OK || res.Page.Blocked || f.hit("/blocked.js") != 0 || f.hit("/ok.js") == 0 {
 			t.Errorf("page.route: ok.js loaded %v (hits %d), blocked.js loaded %v (hits %d)", res.Page.OK, f.hit("/ok.js"), res.Page.Blocked, f.hit("/blocked.js"))
 		}
+		t.Logf("popup load event seen by Playwright: %+v", res.PopupLoad)
 		if res.Popup.Pages != 2 || !strings.Contains(res.Popup.URL, "c=aa3300") {
 			t.Errorf("popup: %+v", res.Popup)
 		}
+		t.Logf("refused address: goto %+v, route continue %+v", res.DeniedGoto, res.DeniedRoute)
 		for what, o := range map[string]outcome{"goto": res.DeniedGoto, "route continue": res.DeniedRoute} {
 			if o.OK && string(o.Value) != "403" {
 				t.Errorf("a refused address through %s: %+v", what, o)
@@ -190,37 +184,76 @@ func TestCDPClients(t *testing.T) {
 		if *deniedHits != 0 {
 			t.Errorf("the refused server was reached %d times", *deniedHits)
 		}
-		if len(res.Targets) == 0 {
-			t.Error("getTargets: none")
+		if !res.Alive.OK || string(res.Alive.Value) != "42" {
+			t.Errorf("the page at the end: %+v", res.Alive)
 		}
-		for _, tg := range res.Targets {
-			if slices.Contains(others, tg.ID) {
-				t.Errorf("getTargets shows another session's target %s (%s)", tg.ID, tg.URL)
+	})
+
+	// The client sees one session: the others' pages are neither listed,
+	// nor in events, nor attachable; what the allow list leaves out is a
+	// CDP error naming not_allowed, and the connection goes on.
+	t.Run("scope-and-refusals", func(t *testing.T) {
+		c := openRawCDP(ctx, t, a, wsURL, admin)
+		if r := c.call(t, "Target.setDiscoverTargets", map[string]any{"discover": true}); r.Error != nil {
+			t.Fatalf("setDiscoverTargets: %+v", r.Error)
+		}
+		r := c.call(t, "Target.getTargets", map[string]any{})
+		var got struct {
+			TargetInfos []struct {
+				TargetID string `json:"targetId"`
+				Type     string `json:"type"`
+				URL      string `json:"url"`
+			} `json:"targetInfos"`
+		}
+		if err := json.Unmarshal(r.Result, &got); err != nil || r.Error != nil || len(got.TargetInfos) == 0 {
+			t.Fatalf("getTargets: %s %+v", r.Result, r.Error)
+		}
+		for _, ti := range got.TargetInfos {
+			if slices.Contains(others, ti.TargetID) {
+				t.Errorf("getTargets shows another session's target %s (%s)", ti.TargetID, ti.URL)
 			}
 		}
-		for _, id := range res.EventTargets {
+		// The other sessions' pages change while the client listens.
+		mustAgent(t, a, other.Session.ID, map[string]any{"command": "navigate", "url": f.URL + "/solid?c=335533"})
+		if st, body, _ := (call{method: "POST", path: "/api/v1/sessions/" + opSess.Session.ID + "/navigate", body: `{"url":"` + f.URL + `/solid?c=553333"}`, token: op}).do(t, a); st != 200 {
+			t.Errorf("navigate op's session: %d %s", st, body)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		for _, id := range c.eventTargets() {
 			if slices.Contains(others, id) {
 				t.Errorf("an event named another session's target %s", id)
 			}
 		}
-		if len(res.AttachOther) != len(others) {
-			t.Errorf("attach attempts: %d, want %d", len(res.AttachOther), len(others))
-		}
-		for i, o := range res.AttachOther {
-			if o.OK {
-				t.Errorf("attached to another session's target %s", others[i])
+		for _, id := range others {
+			if r := c.call(t, "Target.attachToTarget", map[string]any{"targetId": id, "flatten": true}); r.Error == nil {
+				t.Errorf("attached to another session's target %s: %s", id, r.Result)
 			}
 		}
-		for m, o := range res.Refused {
-			if o.OK || !strings.Contains(o.Error, "not_allowed") {
-				t.Errorf("%s: %+v, want a CDP error with not_allowed", m, o)
+		for _, m := range []struct {
+			method string
+			params map[string]any
+		}{
+			{"Browser.close", nil},
+			{"Browser.crash", nil},
+			{"Browser.crashGpuProcess", nil},
+			{"Target.createBrowserContext", nil},
+			{"Target.disposeBrowserContext", map[string]any{"browserContextId": "ABCDEF"}},
+			{"Target.exposeDevToolsProtocol", map[string]any{"targetId": got.TargetInfos[0].TargetID}},
+			{"SystemInfo.getInfo", nil},
+			{"Tethering.bind", map[string]any{"port": 9333}},
+			{"Nonexistent.method", nil},
+		} {
+			if m.params == nil {
+				m.params = map[string]any{}
+			}
+			r := c.call(t, m.method, m.params)
+			if r.Error == nil || r.Error.Code == 0 || !strings.Contains(r.Error.Message, "not_allowed") || !strings.Contains(r.Error.Message, m.method) {
+				t.Errorf("%s: %s %+v, want a CDP error naming the method and not_allowed", m.method, r.Result, r.Error)
 			}
 		}
-		if len(res.Refused) < 9 {
-			t.Errorf("refused methods tried: %d", len(res.Refused))
-		}
-		if !res.Alive.OK || string(res.Alive.Value) != "42" {
-			t.Errorf("the page after the refusals: %+v", res.Alive)
+		// Still connected, the browser still there.
+		if r := c.call(t, "Target.getTargets", map[string]any{}); r.Error != nil {
+			t.Errorf("getTargets after the refusals: %+v", r.Error)
 		}
 	})
 
@@ -245,6 +278,7 @@ func TestCDPClients(t *testing.T) {
 			} `json:"page"`
 			ScreenshotB int     `json:"screenshotBytes"`
 			Alive       outcome `json:"alive"`
+			PopupLoad   outcome `json:"popupLoad"`
 		}
 		if err := json.Unmarshal(pp.expect(t, "RESULT", 2*time.Minute), &res); err != nil {
 			t.Fatal(err)
@@ -319,9 +353,9 @@ func TestCDPClients(t *testing.T) {
 		if ws, st, code, _ := dialCDP(ctx, a, wsURL, admin, nil); ws != nil || st != 429 || code != "too_many_connections" {
 			t.Errorf("a third connection: %d %s, want 429 too_many_connections", st, code)
 		}
-		// agent.cdpMaxMessageBytes=65536: a larger message closes with 1009.
+		// agent.cdpMaxMessageBytes=1 MiB: a larger message closes with 1009.
 		ws := open[0]
-		_ = ws.Write(ctx, websocket.MessageText, []byte(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"`+strings.Repeat("x", 70000)+`"}}`))
+		_ = ws.Write(ctx, websocket.MessageText, []byte(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"`+strings.Repeat("x", 1100000)+`"}}`))
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer rcancel()
 		var err error
@@ -329,7 +363,7 @@ func TestCDPClients(t *testing.T) {
 			_, _, err = ws.Read(rctx)
 		}
 		if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
-			t.Errorf("a 70 kB message: %v, want close 1009", err)
+			t.Errorf("a 1.1 MB message: %v, want close 1009", err)
 		}
 	})
 }
