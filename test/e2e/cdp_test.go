@@ -131,9 +131,15 @@ func TestCDPClients(t *testing.T) {
 		pw.expect(t, "pop-clicked", 30*time.Second)
 		pw.expect(t, "popup-event", 30*time.Second)
 		pop := pw.expect(t, "popup", 30*time.Second)
-		r := mustAgent(t, a, s.ID, map[string]any{"command": "tabs"})
-		if !strings.Contains(string(r.Data), "/solid?c=aa3300") {
-			t.Errorf("the session's tabs lack the popup %s: %s", pop, r.Data)
+		// The session takes the popup in as its page loads: poll its tabs.
+		var tabs string
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if tabs = string(mustAgent(t, a, s.ID, map[string]any{"command": "tabs"}).Data); strings.Contains(tabs, "/solid?c=aa3300") {
+				break
+			}
+		}
+		if !strings.Contains(tabs, "/solid?c=aa3300") {
+			t.Errorf("the session's tabs lack the popup %s: %s", pop, tabs)
 		}
 		pw.proceed(t)
 		var res struct {
@@ -476,10 +482,10 @@ func TestCDPHumanControl(t *testing.T) {
 	if len(f.eventsOf("mousedown")) < 2 {
 		t.Fatal("the held button never reached the page")
 	}
+	killed := time.Now()
 	if err := n.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	killed := time.Now()
 	deadline = time.Now().Add(10 * time.Second)
 	for len(f.eventsOf("mouseup")) == ups && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
