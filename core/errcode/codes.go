@@ -71,6 +71,10 @@ const (
 	EvalDisabled   = "eval_disabled"
 	TooManyTabs    = "too_many_tabs" // tabs new over the session's limit
 
+	// The CDP endpoint (core/httpapi, core/cdpproxy).
+	CDPDisabled        = "cdp_disabled"         // agent.cdp is off
+	TooManyConnections = "too_many_connections" // the session's CDP connections are at agent.cdpMaxConnections
+
 	// Authentication and authorization.
 	PermissionDenied       = "permission_denied" // who are you? (or access withdrawn while connected)
 	Forbidden              = "forbidden"         // you may not
@@ -159,6 +163,9 @@ var table = map[string]entry{
 	HumanInControl: {http.StatusConflict, true},
 	EvalDisabled:   {http.StatusForbidden, false},
 	TooManyTabs:    {http.StatusTooManyRequests, true},
+
+	CDPDisabled:        {http.StatusForbidden, false},
+	TooManyConnections: {http.StatusTooManyRequests, true},
 
 	PermissionDenied:       {http.StatusUnauthorized, false},
 	Forbidden:              {http.StatusForbidden, false},
