@@ -40,16 +40,17 @@ type proxy struct {
 
 	shot chan struct{} // one screenshot at a time: at most one copy held
 
-	mu        sync.Mutex
-	children  map[string]*child // attached sessions the client may use, by session id
-	targets   map[string]targetInfo
-	discover  bool        // the client asked for target discovery
-	auto      *autoAttach // the client's browser-level auto-attach; nil = off
-	autoDone  map[string]bool
-	stops     []func()
-	why       string // why the connection ended
-	code      int
-	downloads bool // the client changed the download behavior
+	mu             sync.Mutex
+	children       map[string]*child // attached sessions the client may use, by session id
+	targets        map[string]targetInfo
+	discover       bool // the client asked for target discovery
+	discoverFilter []filterEntry
+	auto           *autoAttach // the client's browser-level auto-attach; nil = off
+	autoDone       map[string]bool
+	stops          []func()
+	why            string // why the connection ended
+	code           int
+	downloads      bool // the client changed the download behavior
 
 	in inputState // input.go
 }
@@ -87,7 +88,7 @@ func (p *proxy) run(parent context.Context) error {
 	// auto-attach for the client. On this connection only.
 	stop := p.up.Listen("", p.onBrowserEvent, func() { p.end(closeGoingAway, "the browser connection closed") })
 	p.addStop(stop)
-	if err := p.up.Call(p.ctx, "Target.setDiscoverTargets", map[string]any{"discover": true}, nil); err != nil {
+	if err := p.up.Call(p.ctx, "Target.setDiscoverTargets", map[string]any{"discover": true, "filter": []filterEntry{{}}}, nil); err != nil {
 		p.end(closeInternal, "the browser did not answer")
 		return fmt.Errorf("cdpproxy: discover targets: %w", err)
 	}

@@ -98,7 +98,7 @@ func (p *proxy) onBrowserEvent(m *cdproto.Message) {
 		p.mu.Lock()
 		_, known := p.targets[ti.TargetID]
 		p.targets[ti.TargetID] = targetInfo{Type: ti.Type, Raw: ev.TargetInfo}
-		disc, auto := p.discover, p.auto
+		disc, auto := p.discover && shown(p.discoverFilter, ti.Type), p.auto
 		p.mu.Unlock()
 		if disc {
 			p.emit(string(m.Method), json.RawMessage(m.Params), "")
@@ -120,7 +120,8 @@ func (p *proxy) onBrowserEvent(m *cdproto.Message) {
 			return
 		}
 		p.mu.Lock()
-		_, known := p.targets[ev.TargetID]
+		t, known := p.targets[ev.TargetID]
+		known = known && shown(p.discoverFilter, t.Type)
 		if m.Method == cdproto.EventTargetTargetDestroyed {
 			delete(p.targets, ev.TargetID)
 			delete(p.autoDone, ev.TargetID)
@@ -208,12 +209,33 @@ func (p *proxy) autoAttachTo(targetID string) {
 	}
 }
 
-// targets lists the scope's targets from Chromium (and refreshes the map).
+// allTargets is a filter that lists tabs too (Chromium's default leaves
+// them out; Puppeteer attaches to tabs).
+var allTargets = map[string]any{"filter": []filterEntry{{}}}
+
+// discoveryDefault is Chromium's filter for discovery and getTargets.
+var discoveryDefault = []filterEntry{{Type: "browser", Exclude: true}, {Type: "tab", Exclude: true}, {}}
+
+// shown applies a client's discovery filter (nil: Chromium's default).
+func shown(f []filterEntry, typ string) bool {
+	if f == nil {
+		f = discoveryDefault
+	}
+	for _, e := range f {
+		if e.Type == "" || e.Type == typ {
+			return !e.Exclude
+		}
+	}
+	return false
+}
+
+// listTargets lists the scope's targets from Chromium (and refreshes the
+// map), tabs included.
 func (p *proxy) listTargets() ([]json.RawMessage, error) {
 	var res struct {
 		TargetInfos []json.RawMessage `json:"targetInfos"`
 	}
-	if err := p.call("", "Target.getTargets", nil, &res); err != nil {
+	if err := p.call("", "Target.getTargets", allTargets, &res); err != nil {
 		return nil, err
 	}
 	out := []json.RawMessage{}
@@ -236,18 +258,26 @@ func (p *proxy) target(m *message) {
 	case "Target.getBrowserContexts":
 		p.answer(m, json.RawMessage(`{"browserContextIds":[]}`), nil)
 	case "Target.getTargets":
+		var a struct {
+			Filter []filterEntry `json:"filter"`
+		}
+		if json.Unmarshal(orEmpty(m.Params), &a) != nil {
+			p.answer(m, nil, invalidParams(m.Method, "filter must be a TargetFilter"))
+			return
+		}
 		list, err := p.listTargets()
 		if err != nil {
 			p.answer(m, nil, fromErr(m.Method, err))
 			return
 		}
-		p.answer(m, encode(map[string]any{"targetInfos": list}), nil)
+		p.answer(m, encode(map[string]any{"targetInfos": p.filtered(list, a.Filter)}), nil)
 	case "Target.setDiscoverTargets":
 		var a struct {
-			Discover bool `json:"discover"`
+			Discover bool          `json:"discover"`
+			Filter   []filterEntry `json:"filter"`
 		}
 		if json.Unmarshal(orEmpty(m.Params), &a) != nil {
-			p.answer(m, nil, invalidParams(m.Method, "discover must be a boolean"))
+			p.answer(m, nil, invalidParams(m.Method, "discover must be a boolean and filter a TargetFilter"))
 			return
 		}
 		list, err := p.listTargets()
@@ -257,11 +287,11 @@ func (p *proxy) target(m *message) {
 		}
 		p.mu.Lock()
 		was := p.discover
-		p.discover = a.Discover
+		p.discover, p.discoverFilter = a.Discover, a.Filter
 		p.mu.Unlock()
 		if a.Discover && !was {
 			// As Chromium does: the existing targets, before the answer.
-			for _, raw := range list {
+			for _, raw := range p.filtered(list, a.Filter) {
 				p.emit("Target.targetCreated", encode(map[string]any{"targetInfo": raw}), "")
 			}
 		}
@@ -292,6 +322,18 @@ func (p *proxy) target(m *message) {
 	case "Target.createTarget":
 		p.createTarget(m)
 	}
+}
+
+// filtered keeps the targets a TargetFilter shows.
+func (p *proxy) filtered(list []json.RawMessage, f []filterEntry) []json.RawMessage {
+	out := []json.RawMessage{}
+	for _, raw := range list {
+		var ti rawTargetInfo
+		if json.Unmarshal(raw, &ti) == nil && shown(f, ti.Type) {
+			out = append(out, raw)
+		}
+	}
+	return out
 }
 
 // targetOf is the target a command names, else its session's.
