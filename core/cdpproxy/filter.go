@@ -42,6 +42,7 @@ var browserMethods = map[string]rule{
 	"Target.getBrowserContexts":       ruleTarget,
 	"Target.createTarget":             ruleTarget,
 	"Target.attachToTarget":           ruleTarget,
+	"Target.attachToBrowserTarget":    ruleTarget, // a browser session of the client's own, filtered alike
 	"Target.detachFromTarget":         ruleTarget,
 	"Target.getTargetInfo":            ruleTarget,
 	"Target.activateTarget":           ruleTarget,

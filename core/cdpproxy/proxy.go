@@ -47,6 +47,7 @@ type proxy struct {
 	discoverFilter []filterEntry
 	auto           *autoAttach // the client's browser-level auto-attach; nil = off
 	autoDone       map[string]bool
+	redirect       map[string]string // target id → the client's browser session that attaches it
 	stops          []func()
 	why            string // why the connection ended
 	code           int
@@ -57,8 +58,11 @@ type proxy struct {
 
 type child struct {
 	targetID string
-	typ      string
+	typ      string // a target type, or browserSession
 }
+
+// browserSession marks a client's extra browser session.
+const browserSession = "browser"
 
 func newProxy(sv *Server, sessionID string, s Session, up *browser.BrowserConn, bctx string, c Conn, who Client) *proxy {
 	return &proxy{
@@ -71,6 +75,7 @@ func newProxy(sv *Server, sessionID string, s Session, up *browser.BrowserConn, 
 		children: map[string]*child{},
 		targets:  map[string]targetInfo{},
 		autoDone: map[string]bool{},
+		redirect: map[string]string{},
 	}
 }
 
@@ -139,9 +144,15 @@ func (p *proxy) handle(raw []byte) {
 	}
 	p.sv.metrics.message(m.Method)
 	onTarget := m.SessionID != ""
-	if onTarget && !p.hasChild(m.SessionID) {
-		p.refuse(m, refusal(m.Method, "not a session of this client"))
-		return
+	if onTarget {
+		c := p.childOf(m.SessionID)
+		if c == nil {
+			p.refuse(m, refusal(m.Method, "not a session of this client"))
+			return
+		}
+		// A browser session of the client's own (attachToBrowserTarget)
+		// is filtered as the browser's.
+		onTarget = c.typ != browserSession
 	}
 	r, cerr := decide(m.Method, onTarget)
 	if cerr == nil {
@@ -209,7 +220,7 @@ func (p *proxy) forwardThen(m *message, params json.RawMessage, then func(json.R
 			return
 		}
 	}
-	r, err := p.up.Send(p.ctx, m.SessionID, m.Method, pv)
+	r, err := p.up.Send(p.ctx, p.upstream(m.SessionID), m.Method, pv)
 	if err != nil {
 		if shot {
 			<-p.shot
@@ -237,6 +248,15 @@ func (p *proxy) forwardThen(m *message, params json.RawMessage, then func(json.R
 		}
 		p.answer(m, json.RawMessage(res), nil)
 	}()
+}
+
+// upstream is the session a client's session is on Chromium: its
+// browser sessions are the proxy's own browser session.
+func (p *proxy) upstream(sessionID string) string {
+	if c := p.childOf(sessionID); c != nil && c.typ == browserSession {
+		return ""
+	}
+	return sessionID
 }
 
 // call runs a command of the proxy's own on Chromium and waits for it.

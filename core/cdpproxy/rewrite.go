@@ -118,7 +118,7 @@ func (p *proxy) downloadBehavior(m *message, params map[string]json.RawMessage) 
 	p.mu.Unlock()
 	fm := *m
 	fm.Method = method
-	if m.SessionID != "" {
+	if m.SessionID != "" && method != m.Method {
 		fm.SessionID = ""
 		// Answered under the client's session.
 		p.forwardAs(m, &fm, encode(params))
@@ -132,7 +132,7 @@ func (p *proxy) forwardAs(m, fm *message, params json.RawMessage) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		err := p.call(fm.SessionID, fm.Method, jsonv2.Value(params), nil)
+		err := p.call(p.upstream(fm.SessionID), fm.Method, jsonv2.Value(params), nil)
 		if err != nil {
 			p.answer(m, nil, fromErr(m.Method, err))
 			return

@@ -1,7 +1,10 @@
 package cdpproxy
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/chromedp/cdproto"
@@ -133,7 +136,17 @@ func (p *proxy) onBrowserEvent(m *cdproto.Message) {
 		}
 	case cdproto.EventTargetAttachedToTarget:
 		if p.adopt(m.Params) {
-			p.emit(string(m.Method), json.RawMessage(m.Params), "")
+			// Under the client's session that asked for it (its own
+			// browser session), as Chromium would.
+			var ev struct {
+				TargetInfo rawTargetInfo `json:"targetInfo"`
+			}
+			_ = json.Unmarshal(m.Params, &ev)
+			p.mu.Lock()
+			to := p.redirect[ev.TargetInfo.TargetID]
+			delete(p.redirect, ev.TargetInfo.TargetID)
+			p.mu.Unlock()
+			p.emit(string(m.Method), json.RawMessage(m.Params), to)
 		}
 	case cdproto.EventTargetDetachedFromTarget:
 		if p.forget(m.Params) {
@@ -303,10 +316,34 @@ func (p *proxy) target(m *message) {
 			TargetID string `json:"targetId"`
 		}
 		_ = json.Unmarshal(orEmpty(m.Params), &a)
+		if m.SessionID != "" {
+			p.mu.Lock()
+			p.redirect[a.TargetID] = m.SessionID
+			p.mu.Unlock()
+		}
 		// Flat sessions only: the proxy routes by session id.
 		p.forward(&message{ID: m.ID, Method: m.Method, SessionID: m.SessionID},
 			encode(map[string]any{"targetId": a.TargetID, "flatten": true}))
-	case "Target.detachFromTarget", "Target.activateTarget", "Target.getTargetInfo":
+	case "Target.attachToBrowserTarget":
+		id := newSessionID()
+		p.mu.Lock()
+		p.children[id] = &child{typ: browserSession}
+		p.mu.Unlock()
+		p.answer(m, encode(map[string]string{"sessionId": id}), nil)
+	case "Target.detachFromTarget":
+		var a struct {
+			SessionID string `json:"sessionId"`
+		}
+		_ = json.Unmarshal(orEmpty(m.Params), &a)
+		if c := p.childOf(a.SessionID); c != nil && c.typ == browserSession {
+			p.mu.Lock()
+			delete(p.children, a.SessionID)
+			p.mu.Unlock()
+			p.answer(m, nil, nil)
+			return
+		}
+		p.forward(m, m.Params)
+	case "Target.activateTarget", "Target.getTargetInfo":
 		p.forward(m, m.Params)
 	case "Target.closeTarget", "Page.close":
 		id := p.targetOf(m)
@@ -440,6 +477,13 @@ func (p *proxy) attachPending() {
 	for _, id := range ids {
 		p.autoAttachTo(id)
 	}
+}
+
+// newSessionID names a client's browser session like Chromium's ids.
+func newSessionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return strings.ToUpper(hex.EncodeToString(b[:]))
 }
 
 func orEmpty(b json.RawMessage) json.RawMessage {
