@@ -221,7 +221,9 @@ func TestCDPProxyScope(t *testing.T) {
 	defer release()
 	conn := newMemConn()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(context.Background(), sA.ID(), conn, cdpproxy.Client{Name: "test", User: "u"}) }()
+	go func() {
+		served <- srv.Serve(context.Background(), sA.ID(), conn, cdpproxy.Client{Name: "test", User: "u"})
+	}()
 	cl := newCDPClient(t, conn)
 
 	cl.ok("", "Browser.getVersion", nil)
@@ -343,4 +345,20 @@ func TestCDPProxyScope(t *testing.T) {
 		t.Errorf("page log %v: want the held button pressed and released within 1 s of the disconnect", log)
 	}
 	<-cl.done
+
+	// A message over the limit closes the connection with 1009.
+	small := cdpproxy.New(cdpproxy.Config{Limits: cdpproxy.Limits{MaxMessageBytes: 1024}}, m, nil, cdpproxy.Deps{})
+	conn = newMemConn()
+	go func() { served <- small.Serve(context.Background(), sA.ID(), conn, cdpproxy.Client{Name: "test"}) }()
+	conn.in <- []byte(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"` + strings.Repeat("x", 2048) + `"}}`)
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not end after an oversized message")
+	}
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	if conn.code != 1009 || !strings.Contains(conn.reason, "limit") {
+		t.Errorf("closed with %d %q, want 1009 and a reason naming the limit", conn.code, conn.reason)
+	}
 }
