@@ -97,11 +97,12 @@ func (p *proxy) run(parent context.Context) error {
 		p.end(closeInternal, "the browser did not answer")
 		return fmt.Errorf("cdpproxy: discover targets: %w", err)
 	}
-	p.wg.Add(3)
+	p.wg.Add(4)
 	go p.writer()
 	go p.worker(p.tq)
 	go p.worker(p.iq)
 	go func() {
+		defer p.wg.Done()
 		select {
 		case <-p.s.Done():
 			p.end(closeGoingAway, "the session ended")

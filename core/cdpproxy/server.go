@@ -112,7 +112,9 @@ type Server struct {
 
 var _ Endpoint = (*Server)(nil)
 
-// New returns a server; zero Config fields take the defaults.
+// New returns a server; zero Config fields take the defaults. With
+// deps.Metrics its series are registered on that registry, so an
+// appliance makes one Server.
 func New(cfg Config, sessions Sessions, log *slog.Logger, deps Deps) *Server {
 	if cfg.MaxConnections <= 0 {
 		cfg.MaxConnections = DefaultMaxConnections
