@@ -74,6 +74,9 @@ type Session interface {
 	// AgentMayAct is nil unless a person holds exclusive control (then an
 	// *errcode.Error human_in_control).
 	AgentMayAct() error
+	// Present shows the client among the session's agents (the panel's
+	// watchers list) until gone is called.
+	Present(name string) (gone func())
 	// InputViewport is the streamed tab's viewport in CSS pixels, which
 	// the dispatcher's normalized coordinates refer to.
 	InputViewport() (w, h int)
@@ -220,6 +223,8 @@ func (sv *Server) Serve(ctx context.Context, sessionID string, c Conn, who Clien
 		return errcode.Wrap(errcode.BrowserUnavailable, err, "the session's browser is not reachable")
 	}
 	p := newProxy(sv, sessionID, s, up, bctx, c, who)
+	gone := s.Present("cdp:" + who.Name)
+	defer gone()
 	sv.audit(p, "cdp.connect", audit.OK, "")
 	sv.metrics.connected(1)
 	defer sv.metrics.connected(-1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
@@ -137,3 +138,31 @@ func (c cdpSession) AgentMayAct() error {
 }
 
 func (c cdpSession) InputViewport() (int, int) { return c.s.InputViewport() }
+
+// maxPresent bounds the presence table (the proxy's per-session
+// connection bound bounds it first).
+const maxPresent = 64
+
+// Present lists name among the session's agents until gone is called.
+func (c cdpSession) Present(name string) (gone func()) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.present == nil {
+		s.present = map[string]int{}
+	}
+	if s.present[name] == 0 && len(s.present) >= maxPresent {
+		return func() {}
+	}
+	s.present[name]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.present[name]--; s.present[name] <= 0 {
+				delete(s.present, name)
+			}
+		})
+	}
+}

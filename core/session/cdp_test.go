@@ -225,6 +225,14 @@ func TestCDPProxyScope(t *testing.T) {
 		served <- srv.Serve(context.Background(), sA.ID(), conn, cdpproxy.Client{Name: "test", User: "u"})
 	}()
 	cl := newCDPClient(t, conn)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if a := sA.Status().Agents; len(a) == 1 && a[0] == "cdp:test" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client is not among the session's agents: %v", sA.Status().Agents)
+		}
+	}
 
 	cl.ok("", "Browser.getVersion", nil)
 	if got := string(cl.ok("", "Target.getBrowserContexts", nil)); got != `{"browserContextIds":[]}` {
@@ -329,6 +337,9 @@ func TestCDPProxyScope(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after the client closed")
+	}
+	if a := sA.Status().Agents; len(a) != 0 {
+		t.Errorf("agents after the client left: %v", a)
 	}
 	deadline := time.Now().Add(time.Second)
 	var log []string
