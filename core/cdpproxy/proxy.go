@@ -235,8 +235,7 @@ func (p *proxy) forwardThen(m *message, params json.RawMessage, then func(json.R
 		if shot {
 			defer func() { <-p.shot }()
 		}
-		var res jsonv2.Value
-		err := r.Decode(p.ctx, &res)
+		res, err := r.Raw(p.ctx)
 		if errors.Is(err, context.Canceled) {
 			return
 		}
@@ -274,7 +273,11 @@ func (p *proxy) answer(m *message, result json.RawMessage, e *cdpError) {
 	if e == nil && result == nil {
 		result = emptyResult
 	}
-	p.send(encode(reply{ID: m.ID, Result: result, Error: e, SessionID: m.SessionID}))
+	if e != nil {
+		p.send(encode(reply{ID: m.ID, Error: e, SessionID: m.SessionID}))
+		return
+	}
+	p.send(resultMessage(m.ID, result, m.SessionID))
 }
 
 // emit queues an event.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/chromedp/cdproto"
 	"github.com/tabcast/tabcast/core/errcode"
@@ -103,6 +104,25 @@ func encode(v any) []byte {
 		b, _ = json.Marshal(reply{Error: &cdpError{Code: codeServer, Message: "internal: could not encode an answer"}})
 	}
 	return b
+}
+
+// resultMessage is a result answer, put together without re-encoding the
+// result Chromium sent: a screenshot's is copied once, into the message.
+func resultMessage(id int64, result json.RawMessage, sessionID string) []byte {
+	if len(result) == 0 {
+		result = emptyResult
+	}
+	b := make([]byte, 0, len(result)+len(sessionID)+48)
+	b = append(b, `{"id":`...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, `,"result":`...)
+	b = append(b, result...)
+	if sessionID != "" {
+		b = append(b, `,"sessionId":`...)
+		q, _ := json.Marshal(sessionID) // a string always encodes
+		b = append(b, q...)
+	}
+	return append(b, '}')
 }
 
 // parse reads one client message; a message that is not a command gets a
