@@ -73,7 +73,11 @@ export class SessionView {
     this.showRecovery(s.lastRecovery);
     const v = s.viewers ?? 0;
     const p = s.producers ?? 0;
-    ui.viewers.textContent = `${v} watching${p ? ` · ${p} with input` : " · nobody with input"}`;
+    // Connected agents (CDP clients) are listed by name beside the count.
+    const agents = Array.isArray(s.agents) ? s.agents : [];
+    ui.viewers.textContent = `${v} watching${p ? ` · ${p} with input` : " · nobody with input"}` +
+      (agents.length ? ` · agents: ${agents.join(", ")}` : "");
+    ui.viewers.dataset.agents = agents.join(",");
     ui.viewers.dataset.viewers = String(v);
     ui.viewers.dataset.producers = String(p);
     ui.viewers.hidden = false;

@@ -108,9 +108,10 @@ type Browser struct {
 
 	mu        sync.Mutex
 	pages     map[*Page]struct{}
-	pageConns map[*PageConn]struct{} // open PageConns: Close closes them
-	conn      *BrowserConn           // the shared one, once dialed
-	connMu    sync.Mutex             // serializes dialing conn
+	pageConns map[*PageConn]struct{}    // open PageConns: Close closes them
+	conn      *BrowserConn              // the shared one, once dialed
+	ownConns  map[*BrowserConn]struct{} // DialConn's: Close closes them
+	connMu    sync.Mutex                // serializes dialing conn
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -183,6 +184,7 @@ func Launch(ctx context.Context, o Options) (*Browser, error) {
 		closing:   make(chan struct{}),
 		pages:     map[*Page]struct{}{},
 		pageConns: map[*PageConn]struct{}{},
+		ownConns:  map[*BrowserConn]struct{}{},
 	}
 	b.watchWG.Add(1)
 	go b.watch()
@@ -359,7 +361,12 @@ func (b *Browser) close() error {
 	conns := b.pageConns
 	b.pageConns = map[*PageConn]struct{}{}
 	conn := b.conn
+	own := b.ownConns
+	b.ownConns = map[*BrowserConn]struct{}{}
 	b.mu.Unlock()
+	for c := range own {
+		c.w.close()
+	}
 	for p := range pages {
 		p.release()
 	}

@@ -31,7 +31,9 @@ const subscriptionBuffer = 256
 // satisfies cdp.Session for the browser's own commands; Session(id) gives
 // one for an attached target.
 type BrowserConn struct {
-	w *wsConn
+	w      *wsConn
+	own    bool   // from DialConn: the caller's, closed by Close
+	forget func() // drops it from the browser's list (DialConn)
 }
 
 // Conn returns the browser's shared BrowserConn, dialing it on first use
@@ -214,3 +216,51 @@ var (
 	_ cdp.Session = (*BrowserConn)(nil)
 	_ cdp.Session = (*Session)(nil)
 )
+
+// DialConn opens a BrowserConn of the caller's own: a socket to the
+// browser endpoint that nobody else shares. A CDP proxy takes one per
+// client so that everything the client set up on it (its attached
+// sessions, their Fetch interception and emulation, Target discovery)
+// ends with the socket, by Chromium's own bookkeeping, when the client
+// goes. ctx bounds the dial only; Close (or the browser's Close) ends it.
+func (b *Browser) DialConn(ctx context.Context) (*BrowserConn, error) {
+	select {
+	case <-b.closing:
+		return nil, ErrClosed
+	case <-b.done:
+		return nil, b.err
+	default:
+	}
+	w, err := dialWS(ctx, b.wsURL, maxInFlight)
+	if err != nil {
+		return nil, fmt.Errorf("browser: browser connection: %w", err)
+	}
+	c := &BrowserConn{w: w, own: true}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.closing:
+		w.close()
+		return nil, ErrClosed
+	default:
+	}
+	b.ownConns[c] = struct{}{}
+	c.forget = func() {
+		b.mu.Lock()
+		delete(b.ownConns, c)
+		b.mu.Unlock()
+	}
+	return c, nil
+}
+
+// Close ends a BrowserConn of DialConn and waits for its reader; the
+// shared one (Conn) is the browser's and is left open.
+func (c *BrowserConn) Close() {
+	if !c.own {
+		return
+	}
+	c.w.close()
+	if c.forget != nil {
+		c.forget()
+	}
+}

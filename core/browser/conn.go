@@ -187,6 +187,26 @@ func (r Reply) Decode(ctx context.Context, res any) error {
 	}
 }
 
+// Raw waits for r's answer as Wait does and returns its result as
+// Chromium sent it, without a copy (a proxy passes a screenshot on as it
+// came).
+func (r Reply) Raw(ctx context.Context) (jsonv2.Value, error) {
+	select {
+	case msg, ok := <-r:
+		switch {
+		case !ok:
+			return nil, ErrConnClosed
+		case msg == detachedReply:
+			return nil, ErrSessionDetached
+		case msg.Error != nil:
+			return nil, msg.Error
+		}
+		return msg.Result, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // send writes one command and returns without waiting for its reply.
 // With a bound, it first waits (under ctx) for a slot.
 func (w *wsConn) send(ctx context.Context, session target.SessionID, method string, params any) (Reply, error) {

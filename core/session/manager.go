@@ -47,6 +47,9 @@ type Browser interface {
 	WSURL() string // for the capture plugins, which connect themselves
 	// Conn is the browser's shared DevTools connection (agents).
 	Conn(ctx context.Context) (*browser.BrowserConn, error)
+	// DialConn is a DevTools connection of the caller's own (a CDP
+	// proxy's client, core/cdpproxy).
+	DialConn(ctx context.Context) (*browser.BrowserConn, error)
 	NewPage(ctx context.Context, o browser.PageOptions) (*browser.Page, error)
 	// AttachPage, NewTab, CloseTarget and WatchPages serve a session's
 	// other tabs (pages.go).

@@ -106,6 +106,7 @@ type Session struct {
 	snapRev        uint64
 	invited        []string        // users invited to watch, sorted
 	rec            sessionRecovery // crash containment (recover.go)
+	present        map[string]int  // connected CDP clients by producer name (cdp.go)
 
 	done chan struct{} // closed when the session starts closing
 
@@ -553,6 +554,9 @@ type Status struct {
 	Recovering   string    `json:"recovering,omitempty"`
 	LastRecovery *Recovery `json:"lastRecovery,omitempty"`
 	PageError    string    `json:"pageError,omitempty"`
+	// Agents are the agents connected to the session now, as the panel
+	// lists them beside its viewers: CDP clients ("cdp:<name>").
+	Agents []string `json:"agents,omitempty"`
 }
 
 // Status returns the session's current state.
@@ -570,6 +574,10 @@ func (s *Session) Status() Status {
 	for _, v := range s.viewerInfo {
 		snap.ViewerDetails = append(snap.ViewerDetails, v)
 	}
+	for name := range s.present {
+		snap.Agents = append(snap.Agents, name)
+	}
+	slices.Sort(snap.Agents)
 	slices.SortFunc(snap.ViewerDetails, func(a, b ViewerInfo) int {
 		if c := strings.Compare(a.User, b.User); c != 0 {
 			return c
@@ -592,7 +600,7 @@ func (s *Session) Status() Status {
 	}
 	key := fmt.Sprint(snap.State, snap.TerminalReason, snap.URL, snap.Title, snap.Width, snap.Height,
 		snap.Viewers, snap.Producers, snap.PageRevision, snap.Tabs, snap.CaptureError, snap.CaptureMode, snap.Invited, snap.Control, len(snap.HumanRequests), snap.ReclaimAt != nil,
-		snap.Recovering, snap.PageError, lastRecoveryAt(snap.LastRecovery))
+		snap.Recovering, snap.PageError, lastRecoveryAt(snap.LastRecovery), snap.Agents)
 	for _, r := range snap.HumanRequests {
 		key += r.ID
 	}
