@@ -27,6 +27,7 @@ import (
 	"github.com/tabcast/tabcast/appliance/web"
 	"github.com/tabcast/tabcast/core/agent"
 	"github.com/tabcast/tabcast/core/browser"
+	"github.com/tabcast/tabcast/core/cdpproxy"
 	"github.com/tabcast/tabcast/core/certs"
 	"github.com/tabcast/tabcast/core/egress"
 	"github.com/tabcast/tabcast/core/httpapi"
@@ -297,13 +298,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		sopts.ICEServers = iceServers(a.relay, cfg.Turn.CredentialTTL)
 	}
 	a.signal = signaling.NewHandler(sopts)
+	// The session-scoped CDP endpoint's proxy: only when agent.cdp is on
+	// (off, the HTTP side answers cdp_disabled without it).
+	var cdp cdpproxy.Endpoint
+	if cfg.Agent.CDP {
+		cdp = cdpproxy.New(cdpproxy.Config{MaxConnections: cfg.Agent.CDPMaxConnections, Limits: cdpproxy.Limits{
+			MaxMessageBytes: cfg.Agent.CDPMaxMessageBytes,
+			IdleTimeout:     int(cfg.Agent.CDPIdleTimeout / time.Second),
+			InputDeadline:   int(cfg.Agent.CDPInputDeadline / time.Second),
+		}}, a.sessions, log, cdpproxy.Deps{Audit: a.gate.opts.Audit, Metrics: tm})
+	}
 
 	srv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			Sessions: a.sessions, Signal: a.signal, Panel: web.FS, Status: a.status, Ready: a.ready, Plugins: a.pluginMetrics,
 			Auth: a.gate.opts, Agent: a.agents, Metrics: a.extraMetrics, Logger: log.With("component", "http"),
 			Telemetry: tm, Processes: a.pluginProcesses,
-			CDP: httpapi.CDPOptions{Enabled: cfg.Agent.CDP, MaxMessageBytes: cfg.Agent.CDPMaxMessageBytes},
+			CDP: httpapi.CDPOptions{Enabled: cfg.Agent.CDP, Endpoint: cdp, MaxMessageBytes: cfg.Agent.CDPMaxMessageBytes},
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),

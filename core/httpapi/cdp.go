@@ -243,20 +243,19 @@ func (a *api) cdpConnect(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(int64(limit))
 	ctx, cancel := gr.Bind(r.Context())
 	defer cancel()
-	sid := audit.HashSession(s.ID())
-	a.audit(r, audit.Record{Action: "cdp.connect", Session: sid, Outcome: audit.OK, Detail: p.TokenID})
 	c := &cdpConn{ws: ws}
+	// The proxy records connect and disconnect in the audit log.
 	err = a.o.CDP.Endpoint.Serve(ctx, s.ID(), c, cdpproxy.Client{Name: a.cdpClientName(p), User: p.User, TokenID: p.TokenID})
-	if gr.Withdrawn() {
+	// Serve has closed c with its reason; this close is a safety net
+	// (only the first close counts).
+	switch {
+	case gr.Withdrawn():
 		_ = c.Close(int(websocket.StatusPolicyViolation), "access withdrawn")
-	} else {
+	case err != nil:
+		_ = c.Close(int(websocket.StatusInternalError), errcode.From(err).Code)
+	default:
 		_ = c.Close(int(websocket.StatusNormalClosure), "")
 	}
-	rec := audit.Record{Action: "cdp.disconnect", Session: sid, Outcome: audit.OK, Detail: p.TokenID}
-	if err != nil {
-		rec.Code = errcode.From(err).Code
-	}
-	a.audit(r, rec)
 }
 
 // cdpClientName names the connection's producer ("cdp:"+name): the
