@@ -35,6 +35,9 @@ Drive a session as an agent, through the appliance's API (the same
 dispatcher as the people in the panel). Refs come from snapshot: @e3.
 
   sessions                          list the sessions you may see
+  cdp-url [SESSION]                 print a single-use CDP URL (60 s) for a
+                                    client that takes only a URL (needs
+                                    agent.cdp and a token with the cdp scope)
 `)
 	for _, c := range agent.Table {
 		for _, line := range strings.Split(c.Usage, "\n") {
@@ -110,6 +113,9 @@ func cmdBrowser(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
+	if cmd == "cdp-url" {
+		return cdpURL(c, pos, &f, stdout, stderr)
+	}
 	req, err := browserRequest(cmd, pos, &f)
 	if err != nil && cmd != "uploads" {
 		fmt.Fprintln(stderr, "tabcast browser:", err)
@@ -181,6 +187,40 @@ func cmdBrowser(args []string, stdout, stderr io.Writer) int {
 	if !res.OK { // a wait that ran out
 		return exitTimeout
 	}
+	return exitOK
+}
+
+// cdpURL prints a ticket URL of the session's CDP endpoint (POST
+// …/cdp/ticket): what browser-use's cdp_url and other clients that take
+// only a URL connect with. The URL is a secret for 60 s, used once.
+func cdpURL(c *apiClient, pos []string, f *browserFlags, stdout, stderr io.Writer) int {
+	id := f.session
+	if len(pos) > 1 || (len(pos) == 1 && id != "" && pos[0] != id) {
+		fmt.Fprintln(stderr, "tabcast browser: cdp-url takes one session, as SESSION or --session")
+		return exitUsage
+	}
+	if len(pos) == 1 {
+		id = pos[0]
+	}
+	if id == "" {
+		var err error
+		if id, err = c.firstSession(); err != nil {
+			fmt.Fprintln(stderr, "tabcast browser:", err)
+			return exitNotFound
+		}
+	}
+	var out struct {
+		URL       string    `json:"url"`
+		ExpiresAt time.Time `json:"expiresAt"`
+	}
+	if code := c.call("POST", "/api/v1/sessions/"+url.PathEscape(id)+"/cdp/ticket", nil, &out, stderr); code != exitOK {
+		return code
+	}
+	if f.asJSON {
+		_ = json.NewEncoder(stdout).Encode(out)
+		return exitOK
+	}
+	fmt.Fprintln(stdout, out.URL)
 	return exitOK
 }
 

@@ -3,8 +3,12 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -306,6 +310,51 @@ func TestCDPClients(t *testing.T) {
 		}
 	})
 
+	// tabcast browser cdp-url prints a ticket URL that opens the socket once.
+	t.Run("cli-cdp-url", func(t *testing.T) {
+		bin, err := harness.Binaries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		cfgFile, tokFile := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "token")
+		if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		run := func(token string) (string, string, error) {
+			if err := os.WriteFile(tokFile, []byte(token+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(filepath.Join(bin, "tabcast"), "browser", "cdp-url", s.ID, "--url", a.URL, "--token-file", tokFile,
+				"--config", cfgFile, "--set", "server.dataDir="+a.DataDir)
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "TABCAST_") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			var out, errb strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			return strings.TrimSpace(out.String()), errb.String(), err
+		}
+		out, errOut, err := run(admin)
+		if err != nil || !strings.HasPrefix(out, wsURL+"?ticket=") {
+			t.Fatalf("cdp-url: %q %v\n%s", out, err, errOut)
+		}
+		ws, st, code, err := dialCDP(ctx, a, out, "", nil)
+		if ws == nil {
+			t.Fatalf("the CLI's URL: %d %s %v", st, code, err)
+		}
+		ws.CloseNow()
+		if _, st, code, _ := dialCDP(ctx, a, out, "", nil); st != 401 || code != "permission_denied" {
+			t.Errorf("the CLI's URL used again: %d %s", st, code)
+		}
+		// Without the cdp scope: refused, with the hint naming it.
+		if out, errOut, err := run(a.Token); err == nil || out != "" || !strings.Contains(errOut, "--scopes read,control,cdp") {
+			t.Errorf("cdp-url with the agent token (no cdp scope): %q %v %s", out, err, errOut)
+		}
+	})
+
 	t.Run("refused-before-upgrade", func(t *testing.T) {
 		_, ownWS := cdpURL(a, s.ID)
 		for _, c := range []struct {
@@ -468,7 +517,15 @@ func TestCDPHumanControl(t *testing.T) {
 	if step2.DeadlineMs < 2500 {
 		t.Errorf("the click failed after %d ms, before the 3 s deadline", step2.DeadlineMs)
 	}
+	// Playwright sends a click's press and release beside its move: they
+	// reach their own deadline while control is still held, and nothing
+	// of the failed click reaches the page, then or after the release.
+	time.Sleep(4 * time.Second)
 	control("release")
+	time.Sleep(time.Second)
+	if d, u := len(f.eventsOf("mousedown")), len(f.eventsOf("mouseup")); d != 1 || u != 1 {
+		t.Errorf("after the click that failed: %d mousedown, %d mouseup on the page, want the first click's 1 and 1", d, u)
+	}
 
 	// 3. A held button is released when the client goes.
 	n.expect(t, "ready-hold", 10*time.Second)
@@ -481,6 +538,15 @@ func TestCDPHumanControl(t *testing.T) {
 	}
 	if len(f.eventsOf("mousedown")) < 2 {
 		t.Fatal("the held button never reached the page")
+	}
+	// Held while the client is connected (the dispatcher's watchdog lets
+	// a held button be for 5 s).
+	time.Sleep(1500 * time.Millisecond)
+	if n := len(f.eventsOf("mouseup")); n != ups {
+		f.mu.Lock()
+		evs := fmt.Sprint(f.events)
+		f.mu.Unlock()
+		t.Fatalf("the button was released while the client still held it (%d mouseup, want %d); events %s, now %v", n, ups, evs, time.Now())
 	}
 	killed := time.Now()
 	if err := n.cmd.Process.Kill(); err != nil {
