@@ -29,15 +29,23 @@ type inputState struct {
 	controlSeq uint64
 	pointerSeq uint64
 	nextID     uint64
+	// heldOffAt is when an input command last failed human_in_control.
+	// A command that arrived before it was part of the same gesture as
+	// far as the client knew (Playwright sends a click's move, press and
+	// release at once): it fails too, or a press and release whose move
+	// failed would land when the person lets go, a click the client was
+	// told did not happen.
+	heldOffAt time.Time
 }
 
 // actionWait bounds one action from acceptance to its final ack (the
 // dispatcher's own deadline is 30 s).
 const actionWait = 35 * time.Second
 
-// input runs one input command on the input worker.
-func (p *proxy) input(m *message, r rule) {
-	err := p.inputErr(m, r)
+// input runs one input command, which arrived from the client at
+// arrived, on the input worker.
+func (p *proxy) input(m *message, r rule, arrived time.Time) {
+	err := p.inputErr(m, r, arrived)
 	if m.Method != "Input.dispatchMouseEvent" || !isMove(m.Params) {
 		p.sv.audit(p, "cdp."+m.Method, outcomeOf(err), codeOf(err))
 	}
@@ -59,12 +67,18 @@ func isMove(params json.RawMessage) bool {
 	return a.Type == "mouseMoved"
 }
 
-func (p *proxy) inputErr(m *message, r rule) error {
+func (p *proxy) inputErr(m *message, r rule, arrived time.Time) error {
+	if arrived.Before(p.in.heldOffAt) {
+		return errcode.New(errcode.HumanInControl, "an input command sent before this one failed: a person held control")
+	}
 	tab, err := p.streamTab(m)
 	if err != nil {
 		return err
 	}
 	if err := p.waitControl(); err != nil {
+		if errcode.CodeOf(err) == errcode.HumanInControl {
+			p.in.heldOffAt = time.Now()
+		}
 		return err
 	}
 	if r == ruleFenced || tab == "" {

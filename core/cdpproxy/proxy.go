@@ -171,7 +171,8 @@ func (p *proxy) handle(raw []byte) {
 	case ruleTarget:
 		p.queue(p.tq, func() { p.target(m) })
 	case ruleInput, ruleFenced:
-		p.queue(p.iq, func() { p.input(m, r) })
+		arrived := time.Now()
+		p.queue(p.iq, func() { p.input(m, r, arrived) })
 	}
 }
 

@@ -324,7 +324,35 @@ func TestCDPProxyScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.refused(session, "Input.insertText", map[string]any{"text": "x"}, "human_in_control")
+	// A click sent at once (move, press, release, as Playwright does):
+	// the move fails at the deadline, the person lets go right then, and
+	// the press and release sent with it fail too — the page sees no
+	// click the client was told failed.
+	cl.ok(session, "Runtime.evaluate", map[string]any{"expression": "log.length = 0"})
+	answers := make(chan cdpAnswer, 2)
+	for _, typ := range []string{"mousePressed", "mouseReleased"} {
+		go func() {
+			time.Sleep(50 * time.Millisecond) // after the move
+			if typ == "mouseReleased" {
+				time.Sleep(50 * time.Millisecond)
+			}
+			answers <- cl.call(session, "Input.dispatchMouseEvent", map[string]any{"type": typ, "x": 100, "y": 200, "button": "left", "clickCount": 1})
+		}()
+	}
+	cl.refused(session, "Input.dispatchMouseEvent", map[string]any{"type": "mouseMoved", "x": 100, "y": 200}, "human_in_control")
 	sA.ReleaseControl("bob", true)
+	for range 2 {
+		if a := <-answers; a.Error == nil || !strings.Contains(a.Error.Message, "human_in_control") {
+			t.Errorf("a press or release sent with a move that failed human_in_control: %s %v, want human_in_control", a.Result, a.Error)
+		}
+	}
+	var clickLog []string
+	cl.eval(session, "log", &clickLog)
+	if strings.Contains(strings.Join(clickLog, ","), "mousedown") {
+		t.Errorf("the page saw %v after the client's click failed human_in_control", clickLog)
+	}
+	// A new command after the answer is a new intent: it goes through.
+	cl.ok(session, "Input.dispatchMouseEvent", map[string]any{"type": "mouseMoved", "x": 100, "y": 20})
 
 	// A button held when the client goes is released.
 	cl.ok(session, "Runtime.evaluate", map[string]any{"expression": "log.length = 0"})
