@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -108,7 +109,10 @@ type stream struct {
 	ackWake chan struct{} // cap 1
 
 	moved chan struct{} // cap 1: a new screencast picture arrived (for settleLoop)
-	last  []byte        // the last screencast JPEG; onEvent's own
+	// pictures counts the screencast pictures offered: a screenshot taken
+	// while one arrived may be older than it, and is not sent after it.
+	pictures atomic.Uint64
+	last     []byte // the last screencast JPEG; onEvent's own
 
 	crashed chan string // cap 1: the renderer crashed or the inspector detached
 	sendErr chan error  // cap 1
@@ -238,6 +242,7 @@ func (s *stream) onEvent(ev any) {
 		}
 		s.last = e.Data
 		s.offer(screencastFrame(e))
+		s.pictures.Add(1)
 		select {
 		case s.moved <- struct{}{}:
 		default:
@@ -348,11 +353,7 @@ func (s *stream) settleLoop(ctx context.Context) {
 		case <-quiet.C:
 			if !seen {
 				firstTries++
-				if f, err := s.screenshot(ctx); err != nil {
-					s.log.Debug("first-frame screenshot", "try", firstTries, "err", err)
-				} else {
-					s.offer(f)
-				}
+				s.offerScreenshot(ctx, "first-frame screenshot")
 				if firstTries < firstFrameTries {
 					quiet.Reset(firstFrameWait)
 				}
@@ -367,14 +368,28 @@ func (s *stream) settleLoop(ctx context.Context) {
 			if n < settleBurst {
 				continue
 			}
-			if f, err := s.screenshot(ctx); err != nil {
-				// A dead session shows up in run's select.
-				s.log.Debug("settle screenshot", "err", err)
-			} else {
-				s.offer(f)
-			}
+			s.offerScreenshot(ctx, "settle screenshot")
 		}
 	}
+}
+
+// offerScreenshot takes a screenshot and offers it, unless a screencast
+// picture arrived meanwhile: the screenshot may show an older state than
+// that picture, and sent after it, it would leave the viewer on the older
+// one (TestLastChangeIsDelivered saw it when the first-frame screenshot
+// came back after the page's last change). A dead session shows up in
+// run's select, so an error is only logged.
+func (s *stream) offerScreenshot(ctx context.Context, what string) {
+	before := s.pictures.Load()
+	f, err := s.screenshot(ctx)
+	if err != nil {
+		s.log.Debug(what, "err", err)
+		return
+	}
+	if s.pictures.Load() != before {
+		return
+	}
+	s.offer(f)
 }
 
 func (s *stream) screenshot(ctx context.Context) (capture.Frame, error) {
