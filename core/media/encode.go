@@ -66,6 +66,56 @@ const (
 	rescaleUpAfter = 3 * time.Second
 )
 
+// steadyWindow holds the steady estimate's samples of the last
+// rescaleAfter (one per steadySampleEvery at most) for the step down. Its
+// mean, not every sample, decides: behind a capped link GCC's estimate
+// swings around the cap (590–1,560 kbit/s behind 1 Mbit/s measured in
+// TestBitrateFollowsTheLink), and when each sample had to stay under the
+// step's bound one swing above it restarted the wait, so the picture never
+// stepped down within 14 s. A new encoder (after any step) starts a new
+// window: no step follows another within rescaleAfter.
+type steadyWindow struct {
+	start   time.Time // the first sample
+	samples []steadySample
+}
+
+type steadySample struct {
+	at   time.Time
+	kbps int
+}
+
+const steadySampleEvery = 100 * time.Millisecond
+
+func (w *steadyWindow) add(now time.Time, kbps int) {
+	if w.start.IsZero() {
+		w.start = now
+	}
+	if n := len(w.samples); n > 0 && now.Sub(w.samples[n-1].at) < steadySampleEvery {
+		return
+	}
+	// Bounded: older than the window is dropped (at most
+	// rescaleAfter/steadySampleEvery+1 samples stay).
+	i := 0
+	for i < len(w.samples) && now.Sub(w.samples[i].at) > rescaleAfter {
+		i++
+	}
+	w.samples = append(w.samples[:0], w.samples[i:]...)
+	w.samples = append(w.samples, steadySample{now, kbps})
+}
+
+// mean is the mean of the window's samples; full once the window has
+// covered rescaleAfter.
+func (w *steadyWindow) mean(now time.Time) (kbps int, full bool) {
+	if len(w.samples) == 0 {
+		return 0, false
+	}
+	sum := 0
+	for _, s := range w.samples {
+		sum += s.kbps
+	}
+	return sum / len(w.samples), now.Sub(w.start) >= rescaleAfter
+}
+
 // resolutionStep is the step (0 full, 1 three quarters, 2 half) for kbps.
 func resolutionStep(kbps int) int {
 	switch {
@@ -126,6 +176,7 @@ func (p *Pipeline) encodeLoop(ctx context.Context) error {
 		lastEncode time.Time
 		rates      = rateStep{applied: v.BitrateKbps, at: time.Now()}
 		stepSince  time.Time // since when the estimates have called for stepWant
+		steady     steadyWindow
 		stepWant   = step
 		idle       idleRepeats
 	)
@@ -156,9 +207,18 @@ func (p *Pipeline) encodeLoop(ctx context.Context) error {
 		}
 		target := int(p.targetKbps.Load())
 		// Smaller only on the steady estimate (a recovery probe must not
-		// keep the picture large on a poor link); larger on the target,
-		// whose probes are what finds the room for it.
-		want, wait := max(step, resolutionStep(int(p.steadyKbps.Load()))), rescaleAfter
+		// keep the picture large on a poor link), judged on its mean over
+		// the last rescaleAfter; larger on the target, whose probes are
+		// what finds the room for it, once it has called for it for
+		// rescaleUpAfter.
+		steady.add(now, int(p.steadyKbps.Load()))
+		want, wait := step, time.Duration(0)
+		if mean, full := steady.mean(now); full {
+			// The target must agree at this moment: once a capped link
+			// is lifted the mean trails the rising estimate, and a step
+			// down then would undo the step up (each a new encoder).
+			want = max(step, min(resolutionStep(mean), resolutionStep(target)))
+		}
 		if up := resolutionStep(target); up < step {
 			want, wait = up, rescaleUpAfter
 		}
