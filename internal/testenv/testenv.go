@@ -9,7 +9,7 @@ import "testing"
 // NeedsChromium skips t under -short: it launches Chromium.
 func NeedsChromium(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
+	if short() {
 		t.Skip("launches Chromium: run by make test, not make test-unit")
 	}
 }
@@ -17,11 +17,16 @@ func NeedsChromium(t testing.TB) {
 // NeedsNetNS skips t under -short: it makes network namespaces.
 func NeedsNetNS(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
+	if short() {
 		t.Skip("makes network namespaces: run by make test, not make test-unit")
 	}
 }
 
 // ShortSkipsChromium tells a TestMain (which has no t) to launch nothing:
 // call it after flag.Parse.
-func ShortSkipsChromium() bool { return testing.Short() }
+func ShortSkipsChromium() bool { return short() }
+
+// short is -short under go test. The bench (a program, not a test) uses
+// test helpers such as test/netns too, where testing.Short panics
+// ("Short called before Init"): outside go test nothing is short.
+func short() bool { return testing.Testing() && testing.Short() }
