@@ -48,6 +48,13 @@ func (b *Browser) Conn(ctx context.Context) (*BrowserConn, error) {
 	if c != nil && !c.w.closed() {
 		return c, nil
 	}
+	return b.dialBrowser(ctx, false, func(c *BrowserConn) { b.conn = c })
+}
+
+// dialBrowser dials the browser endpoint unless the browser is closing or
+// gone, and hands the new connection to keep under b.mu; Close having
+// started meanwhile closes it again (ErrClosed).
+func (b *Browser) dialBrowser(ctx context.Context, own bool, keep func(*BrowserConn)) (*BrowserConn, error) {
 	select {
 	case <-b.closing:
 		return nil, ErrClosed
@@ -59,7 +66,7 @@ func (b *Browser) Conn(ctx context.Context) (*BrowserConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("browser: browser connection: %w", err)
 	}
-	c = &BrowserConn{w: w}
+	c := &BrowserConn{w: w, own: own}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
@@ -68,7 +75,7 @@ func (b *Browser) Conn(ctx context.Context) (*BrowserConn, error) {
 		return nil, ErrClosed
 	default:
 	}
-	b.conn = c
+	keep(c)
 	return c, nil
 }
 
@@ -224,33 +231,14 @@ var (
 // ends with the socket, by Chromium's own bookkeeping, when the client
 // goes. ctx bounds the dial only; Close (or the browser's Close) ends it.
 func (b *Browser) DialConn(ctx context.Context) (*BrowserConn, error) {
-	select {
-	case <-b.closing:
-		return nil, ErrClosed
-	case <-b.done:
-		return nil, b.err
-	default:
-	}
-	w, err := dialWS(ctx, b.wsURL, maxInFlight)
-	if err != nil {
-		return nil, fmt.Errorf("browser: browser connection: %w", err)
-	}
-	c := &BrowserConn{w: w, own: true}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	select {
-	case <-b.closing:
-		w.close()
-		return nil, ErrClosed
-	default:
-	}
-	b.ownConns[c] = struct{}{}
-	c.forget = func() {
-		b.mu.Lock()
-		delete(b.ownConns, c)
-		b.mu.Unlock()
-	}
-	return c, nil
+	return b.dialBrowser(ctx, true, func(c *BrowserConn) {
+		b.ownConns[c] = struct{}{}
+		c.forget = func() {
+			b.mu.Lock()
+			delete(b.ownConns, c)
+			b.mu.Unlock()
+		}
+	})
 }
 
 // Close ends a BrowserConn of DialConn and waits for its reader; the
