@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -114,7 +113,7 @@ func agentBench(parent context.Context) (*agentReport, error) {
 	ctx, cancel := context.WithTimeout(parent, agentTimeout)
 	defer cancel()
 	rep := &agentReport{When: start.UTC(), Target: agentTarget, LargeRows: largeRows, LoadBefore: loadAverage(),
-		Machine: fmt.Sprintf("%s/%s, %d cores", runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
+		Machine: machine(),
 		Method: "tabcast: wall time of one POST /api/v1/sessions/{id}/agent (HTTPS, keep-alive) until the answer body is read; " +
 			"floor: wall time of the same CDP steps from a plain chromedp client; runs alternate in blocks; agent actions paced to stay inside the input budget; " +
 			"the floor's steps run back to back, and again (the \"floor paced as tabcast\" rows) after the same idle gaps as the agent's; " +

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -71,7 +70,7 @@ func cdpBench(parent context.Context) (*cdpReport, error) {
 	ctx, cancel := context.WithTimeout(parent, cdpTimeout)
 	defer cancel()
 	rep := &cdpReport{When: time.Now().UTC(), LoadBefore: loadAverage(),
-		Machine: fmt.Sprintf("%s/%s, %d cores", runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
+		Machine: machine(),
 		Method: fmt.Sprintf("wall time of each Playwright call in the client process (performance.now()); %d runs of each mode, alternating; "+
 			"goto + %d× click + %d× fill + %d× screenshot per run, each timed step after an untimed %v pause; "+
 			"tabcast: connectOverCDP(https://…/api/v1/sessions/ID/cdp) over TLS with a Bearer token, the streamed page; "+

@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"time"
 
@@ -128,7 +127,7 @@ func run(name string, dur time.Duration, mediaOnly bool) error {
 	}
 	defer os.RemoveAll(tmp)
 
-	rep := report{Name: name, When: time.Now().UTC(), Machine: fmt.Sprintf("%s/%s, %d cores", runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
+	rep := report{Name: name, When: time.Now().UTC(), Machine: machine(),
 		Size: "1280x720", TargetFPS: 24, Duration: dur.String()}
 	// First, while no other appliance runs: its own appliance and browsers.
 	if !mediaOnly {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -79,4 +80,9 @@ func sampleTree(root int) groups {
 		add(p)
 	}
 	return g
+}
+
+// machine names the box a result was measured on.
+func machine() string {
+	return fmt.Sprintf("%s/%s, %d cores", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 }

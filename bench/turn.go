@@ -130,7 +130,7 @@ func turnBench(parent context.Context) (*turnReport, error) {
 	ctx, cancel := context.WithTimeout(parent, turnTimeout)
 	defer cancel()
 	rep := &turnReport{When: start.UTC(), LoadBefore: loadAverage(),
-		Machine: fmt.Sprintf("%s/%s, %d cores", runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
+		Machine: machine(),
 		Method: fmt.Sprintf("%d pion/turn v4 UDP clients on 127.0.0.1, one allocation each, send %d-byte datagrams through their relays "+
 			"(ChannelData) to one UDP sink on 127.0.0.1, paced in %v slices (a sender more than %v behind skips ahead), %v per rate and server in %d alternating slots; "+
 			"the sink counts by a tag in the payload per allocation after a %v drain. Loss = 1 - received/sent. Mbit/s counts payload bytes. "+
