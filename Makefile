@@ -20,7 +20,7 @@ IMAGE_PKGS := mmdebstrap fdisk e2fsprogs dosfstools mtools zstd \
 # slower and their deadlines noisier.
 TESTFLAGS ?= -count=1 -p 1 -timeout 40m
 
-.PHONY: help deps npm-deps image-deps build run test test-unit vet bench proto image image-test clean
+.PHONY: help deps apt-node npm-deps image-deps build run test test-unit vet bench proto image image-test clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -47,10 +47,15 @@ deps: ## install the Debian packages Tabcast needs (idempotent)
 # Skipped when node_modules matches the lock file already.
 NPM_DIR := test/npm
 npm-deps: ## install the e2e tests' and bench's CDP clients from npm (pinned, no browser download)
-	@command -v npm >/dev/null 2>&1 || { echo "npm-deps: npm is missing (Debian: apt-get install nodejs npm)"; exit 1; }
+	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory apt-node
 	@if [ -f $(NPM_DIR)/node_modules/.package-lock.json ] && cmp -s <(sed -n '/"packages"/,$$p' $(NPM_DIR)/package-lock.json | grep -v '"": {' | grep '"node_modules/' ) <(grep '"node_modules/' $(NPM_DIR)/node_modules/.package-lock.json); then \
 	  echo "npm-deps: all present"; else \
 	  cd $(NPM_DIR) && PUPPETEER_SKIP_DOWNLOAD=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund; fi
+
+# Debian's Node.js and npm, only when the machine has no npm (a machine
+# with its own Node.js, e.g. NodeSource's, keeps it).
+apt-node:
+	$(call apt-install,nodejs npm)
 
 image-deps: ## install what the image build and its boot test need (idempotent)
 	$(call apt-install,$(IMAGE_PKGS))
