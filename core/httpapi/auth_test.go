@@ -107,15 +107,7 @@ type authEnv struct {
 func newAuthEnv(t *testing.T) *authEnv {
 	t.Helper()
 	dir := t.TempDir()
-	tokens, err := access.OpenTokens(filepath.Join(dir, "tokens.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := audit.Open(filepath.Join(dir, "audit.log"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = al.Close() })
+	tokens, al := tokensAndAudit(t, dir)
 	d := &stubDir{users: map[string]access.UserRecord{
 		"ann": {Role: access.RoleOperator, Credential: "c"},
 		"bob": {Role: access.RoleAdmin, Credential: "c"},
@@ -463,4 +455,20 @@ func TestHasBidiControl(t *testing.T) {
 			t.Errorf("%q: %v", s, got)
 		}
 	}
+}
+
+// tokensAndAudit opens a token store and an audit log in dir; the log is
+// closed when the test ends.
+func tokensAndAudit(t *testing.T, dir string) (*access.Tokens, *audit.Log) {
+	t.Helper()
+	tokens, err := access.OpenTokens(filepath.Join(dir, "tokens.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	al, err := audit.Open(filepath.Join(dir, "audit.log"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = al.Close() })
+	return tokens, al
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/tabcast/tabcast/core/access"
-	"github.com/tabcast/tabcast/core/audit"
 	"github.com/tabcast/tabcast/core/errcode"
 )
 
@@ -264,15 +262,7 @@ func TestCDPConnLimits(t *testing.T) {
 // (cdp_disabled), no credential, a bad ticket, on without a proxy.
 func TestCDPRefusedBeforeUpgrade(t *testing.T) {
 	dir := t.TempDir()
-	tokens, err := access.OpenTokens(filepath.Join(dir, "tokens.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := audit.Open(filepath.Join(dir, "audit.log"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer al.Close()
+	tokens, al := tokensAndAudit(t, dir)
 	secret, _, err := tokens.Create("pw", "ann", access.RoleOperator, []string{access.ScopeRead, access.ScopeControl, access.ScopeCDP}, 0)
 	if err != nil {
 		t.Fatal(err)

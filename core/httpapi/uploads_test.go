@@ -8,14 +8,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tabcast/tabcast/core/access"
 	"github.com/tabcast/tabcast/core/agent"
-	"github.com/tabcast/tabcast/core/audit"
 	"github.com/tabcast/tabcast/core/browser"
 	"github.com/tabcast/tabcast/core/input"
 	"github.com/tabcast/tabcast/core/session"
@@ -67,14 +65,7 @@ func TestUploads(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	tokens, err := access.OpenTokens(filepath.Join(dir, "tokens.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := audit.Open(filepath.Join(dir, "audit.log"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens, al := tokensAndAudit(t, dir)
 	control, _, err := tokens.Create("ann", "ann", access.RoleOperator, []string{access.ScopeRead, access.ScopeControl}, 0)
 	if err != nil {
 		t.Fatal(err)
